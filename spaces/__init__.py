@@ -1,0 +1,67 @@
+"""What can be searched, and how a choice becomes a model.
+
+``discover(model, example_inputs)`` finds a model's search space; a ``CompressionPlan``
+(pure data, JSON round-trip) is one choice from it; ``apply_plan`` turns a plan into a
+compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deployment.
+"""
+
+from ._apply import ApplyError, apply_plan, kept_channels
+from ._cost import Cost, LayerCost, count_macs, model_cost
+from ._export import ExportResult, export_onnx
+from ._forward import SpaceError
+from ._plan import (
+    IMPORTANCE_CRITERIA,
+    PLAN_FORMAT_VERSION,
+    SUPPORTED_BITS,
+    CompressionPlan,
+    DistillSpec,
+    PlanError,
+    StudentSpec,
+)
+from ._quant import calibrate, quant_bits
+from ._space import (
+    Dimension,
+    DistillOptions,
+    LayerGroup,
+    QuantLayer,
+    SearchSpace,
+    SkippedGroup,
+    SpaceOptions,
+    discover,
+)
+from ._students import CNN, MLP, build_student, register_student, student_families
+
+__all__ = [
+    "CNN",
+    "IMPORTANCE_CRITERIA",
+    "MLP",
+    "PLAN_FORMAT_VERSION",
+    "SUPPORTED_BITS",
+    "ApplyError",
+    "CompressionPlan",
+    "Cost",
+    "Dimension",
+    "DistillOptions",
+    "DistillSpec",
+    "ExportResult",
+    "LayerCost",
+    "LayerGroup",
+    "PlanError",
+    "QuantLayer",
+    "SearchSpace",
+    "SkippedGroup",
+    "SpaceError",
+    "SpaceOptions",
+    "StudentSpec",
+    "apply_plan",
+    "build_student",
+    "calibrate",
+    "count_macs",
+    "discover",
+    "export_onnx",
+    "kept_channels",
+    "model_cost",
+    "quant_bits",
+    "register_student",
+    "student_families",
+]

@@ -1,0 +1,153 @@
+"""Cost accounting: parameters, bytes at each layer's bit width, MACs and BOPs.
+
+MACs come from ``torch.utils.flop_counter``, which counts convolutions and matrix
+products the way torchvision's published ``_ops`` do (one FLOP pair per MAC).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ._forward import eval_mode, run_model
+from ._plan import CompressionPlan
+from ._quant import channel_axis
+
+#: Bytes of one quantization parameter pair: an FP32 scale and an 8-bit zero point.
+QPARAM_BYTES = 5
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """The cost of one quantizable layer."""
+
+    name: str
+    kind: str
+    params: int
+    weight_bits: int
+    act_bits: int
+    size_bytes: int
+    macs: int
+    bops: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The cost of a whole model under a plan; per-layer rows in ``layers``.
+
+    ``other_params``/``other_bytes`` are parameters outside quantizable layers (batch
+    norm, embeddings), stored as FP32; ``other_macs`` are MACs outside them (functional
+    matmuls), priced at 32x32 bits in ``bops``.
+    """
+
+    params: int
+    size_bytes: int
+    macs: int
+    bops: int
+    layers: tuple[LayerCost, ...]
+    other_params: int
+    other_bytes: int
+    other_macs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.params,
+            "size_bytes": self.size_bytes,
+            "macs": self.macs,
+            "bops": self.bops,
+            "other_params": self.other_params,
+            "other_bytes": self.other_bytes,
+            "other_macs": self.other_macs,
+            "layers": [vars(layer) for layer in self.layers],
+        }
+
+
+def count_macs(model: nn.Module, example_inputs: Any) -> dict[str, int]:
+    """MACs per module name ('' = the whole model) for one forward on ``example_inputs``."""
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), eval_mode(model):
+        run_model(model, example_inputs)
+    root = type(model).__name__
+    macs: dict[str, int] = {}
+    for key, per_op in counter.get_flop_counts().items():
+        total = sum(per_op.values()) // 2
+        if key == "Global":
+            macs[""] = total
+        elif key == root:
+            macs.setdefault("", total)
+        elif key.startswith(root + "."):
+            macs[key[len(root) + 1 :]] = total
+    return macs
+
+
+def _weight(module: nn.Module) -> torch.Tensor:
+    # Under fake quantization the stored weight is parametrizations.weight.original.
+    return module.weight  # type: ignore[return-value]
+
+
+def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> Cost:
+    """Cost of ``model`` (the model ``plan`` was applied to) at the plan's bit widths.
+
+    Size counts each quantized weight at its bit width plus an FP32 scale and an 8-bit
+    zero point per output channel, biases as 32-bit (16-bit under FP16 weights), one
+    scale/zero-point pair per quantized input activation, and every other parameter as
+    FP32. BOPs are MACs x weight bits x activation bits.
+
+    Args:
+        model: the (compressed) model.
+        plan: the plan whose bit widths price the layers.
+        example_inputs: the input batch MACs are counted for (use batch size 1).
+    """
+    macs = count_macs(model, example_inputs)
+    layers: list[LayerCost] = []
+    seen: set[int] = set()
+    for name, module in model.named_modules():
+        if not name or channel_axis(module) is None:
+            continue
+        wbits = plan.weight_bits.get(name, 32)
+        abits = plan.act_bits.get(name, 32)
+        weight = _weight(module)
+        bias = getattr(module, "bias", None)
+        w_numel = weight.numel()
+        b_numel = bias.numel() if isinstance(bias, torch.Tensor) else 0
+        size = math.ceil(w_numel * wbits / 8)
+        if wbits < 16:
+            size += QPARAM_BYTES * weight.shape[channel_axis(module) or 0]
+        size += b_numel * (2 if wbits == 16 else 4)
+        if abits < 16:
+            size += QPARAM_BYTES
+        layer_macs = macs.get(name, 0)
+        layers.append(
+            LayerCost(
+                name=name,
+                kind=type(module).__name__,
+                params=w_numel + b_numel,
+                weight_bits=wbits,
+                act_bits=abits,
+                size_bytes=size,
+                macs=layer_macs,
+                bops=layer_macs * wbits * abits,
+            )
+        )
+        for p in module.parameters(recurse=True):
+            seen.add(id(p))
+    all_params = {id(p): p for p in model.parameters()}
+    other = [p for key, p in all_params.items() if key not in seen]
+    other_params = sum(p.numel() for p in other)
+    layer_macs_total = sum(layer.macs for layer in layers)
+    total_macs = macs.get("", layer_macs_total)
+    other_macs = max(0, total_macs - layer_macs_total)
+    return Cost(
+        params=sum(p.numel() for p in all_params.values()),
+        size_bytes=sum(layer.size_bytes for layer in layers) + 4 * other_params,
+        macs=total_macs,
+        bops=sum(layer.bops for layer in layers) + other_macs * 32 * 32,
+        layers=tuple(layers),
+        other_params=other_params,
+        other_bytes=4 * other_params,
+        other_macs=other_macs,
+    )

@@ -1,0 +1,220 @@
+"""ONNX export: FP32 for any plan, real INT8 through ONNX Runtime where the plan allows."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import tempfile
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._forward import eval_mode
+from ._plan import CompressionPlan
+from ._quant import strip
+
+logger = logging.getLogger(__name__)
+
+#: Node types whose weights ``onnxruntime.quantization`` quantizes per channel.
+_WEIGHTED_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``export_onnx`` wrote.
+
+    Attributes:
+        path: the ONNX file.
+        precision: "fp32" or "int8" (INT8 for the layers in ``int8_layers``).
+        int8_layers: layers stored and run as INT8.
+        fp32_layers: quantizable layers kept in FP32 in the file.
+        simulated_bits: layer -> [weight bits, activation bits] the plan simulates but the
+            file does not run (also written to the ONNX metadata).
+        note: a sentence saying what was exported and why.
+    """
+
+    path: Path
+    precision: str
+    int8_layers: tuple[str, ...]
+    fp32_layers: tuple[str, ...]
+    simulated_bits: dict[str, list[int]]
+    note: str
+
+
+def _as_args(example_inputs: Any) -> tuple[Any, ...]:
+    return tuple(example_inputs) if isinstance(example_inputs, tuple | list) else (example_inputs,)
+
+
+def onnx_module_name(node_name: str) -> str:
+    """The module a TorchScript-exported node came from: '/layer1/layer1.0/conv1/Conv' ->
+    'layer1.0.conv1' (a scope segment repeats its parent's name for container children)."""
+    parts = node_name.strip("/").split("/")[:-1]
+    names: list[str] = []
+    for seg in parts:
+        if names and seg.startswith(names[-1] + "."):
+            names.append(seg[len(names[-1]) + 1 :])
+        else:
+            names.append(seg)
+    return ".".join(names)
+
+
+def export_onnx(
+    model: nn.Module,
+    plan: CompressionPlan,
+    example_inputs: Any,
+    path: str | Path,
+    calibration_data: Iterable[Any] | None = None,
+    *,
+    opset: int = 17,
+) -> ExportResult:
+    """Export a compressed model to ONNX.
+
+    Every plan exports as FP32 (simulated quantization stripped, the original FP32
+    weights kept). When the plan's quantized layers are at 8 bits (weights and input
+    activations), the file is a real INT8 model made by ONNX Runtime's static
+    quantization (per-channel symmetric weights, activations calibrated on
+    ``calibration_data``); layers kept above 8 bits are excluded from quantization. A
+    plan with bit widths ONNX Runtime cannot run (below 8 bits) is exported as FP32 with
+    a warning. The plan and any simulated-only bits are stored in the ONNX metadata.
+
+    Args:
+        model: the model the plan was applied to (``apply_plan`` output).
+        plan: the plan.
+        example_inputs: a batch the model accepts; its batch dimension is exported dynamic.
+        path: where to write the ``.onnx`` file.
+        calibration_data: batches (tensors or (inputs, targets) pairs) for INT8
+            calibration; the example inputs when None.
+        opset: the ONNX opset.
+    """
+    import onnx
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = _as_args(example_inputs)
+    fp32 = strip(copy.deepcopy(model)).eval()
+    input_names = [f"input{i}" if len(args) > 1 else "input" for i in range(len(args))]
+    axes = {name: {0: "batch"} for name in [*input_names, "output"]}
+    quantized = {
+        n: [plan.weight_bits.get(n, 32), plan.act_bits.get(n, 32)]
+        for n in sorted(set(plan.weight_bits) | set(plan.act_bits))
+    }
+    int8 = sorted(n for n, (w, a) in quantized.items() if w == 8 and a == 8)
+    too_low = {n: b for n, b in quantized.items() if min(b) < 8}
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32_path = Path(tmp) / "fp32.onnx" if int8 and not too_low else path
+        with warnings.catch_warnings(), torch.no_grad(), eval_mode(fp32):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                fp32,
+                args,
+                str(fp32_path),
+                dynamo=False,  # the TorchScript exporter keeps module scopes in node names
+                opset_version=opset,
+                input_names=input_names,
+                output_names=["output"],
+                dynamic_axes=axes,
+            )
+        if too_low:
+            sample = ", ".join(f"{n} {b[0]}/{b[1]}" for n, b in list(too_low.items())[:3])
+            note = (
+                f"ONNX Runtime cannot run bit widths below 8 ({sample}); exported FP32 with "
+                "the simulated bits recorded in the metadata"
+            )
+            warnings.warn(note, stacklevel=2)
+            int8 = []
+        elif int8:
+            _quantize_int8(fp32_path, path, int8, input_names, args, calibration_data)
+            note = f"INT8 (static, per-channel weights) for {len(int8)} layer(s)"
+        else:
+            note = "FP32: the plan quantizes no layer at 8 bits"
+    proto = onnx.load(str(path))
+    layer_names = sorted(
+        {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in _WEIGHTED_OPS}
+    )
+    simulated = {n: b for n, b in quantized.items() if n not in int8 and min(b) < 32}
+    if simulated and not too_low:
+        note += f"; {len(simulated)} layer(s) keep simulated bits only (not 8/8), stored in FP32"
+    meta = {
+        "frontier.plan": plan.to_json(),
+        "frontier.precision": "int8" if int8 else "fp32",
+        "frontier.simulated_bits": json.dumps(simulated, sort_keys=True),
+    }
+    for key, value in meta.items():
+        prop = proto.metadata_props.add()
+        prop.key, prop.value = key, value
+    onnx.save(proto, str(path))
+    return ExportResult(
+        path=path,
+        precision="int8" if int8 else "fp32",
+        int8_layers=tuple(int8),
+        fp32_layers=tuple(n for n in layer_names if n not in int8),
+        simulated_bits=simulated,
+        note=note,
+    )
+
+
+def _quantize_int8(
+    fp32_path: Path,
+    out_path: Path,
+    int8_layers: list[str],
+    input_names: list[str],
+    example_args: tuple[Any, ...],
+    calibration_data: Iterable[Any] | None,
+) -> None:
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    proto = onnx.load(str(fp32_path))
+    wanted = set(int8_layers)
+    exclude = [
+        n.name
+        for n in proto.graph.node
+        if n.op_type in _WEIGHTED_OPS and onnx_module_name(n.name) not in wanted
+    ]
+    missing = wanted - {onnx_module_name(n.name) for n in proto.graph.node}
+    if missing:
+        raise RuntimeError(f"layers not found in the exported graph: {sorted(missing)}")
+
+    def batches() -> Iterator[dict[str, np.ndarray]]:
+        source = calibration_data if calibration_data is not None else [example_args]
+        for batch in source:
+            if isinstance(batch, torch.Tensor):
+                tensors: tuple[Any, ...] = (batch,)
+            elif calibration_data is not None and isinstance(batch, tuple | list):
+                tensors = _as_args(batch[0])  # (inputs, targets) pairs
+            else:
+                tensors = _as_args(batch)
+            yield {
+                name: t.detach().cpu().numpy().astype(np.float32)
+                for name, t in zip(input_names, tensors, strict=True)
+            }
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = batches()
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    quantize_static(
+        str(fp32_path),
+        str(out_path),
+        Reader(),
+        quant_format=QuantFormat.QOperator,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        activation_type=QuantType.QUInt8,
+        nodes_to_exclude=exclude,
+    )

@@ -1,0 +1,222 @@
+"""Torch-Pruning's dependency graph: the one source of truth for coupled channels.
+
+Everything in Frontier that needs to know which channels move together (discovery,
+pruning) asks this module, which asks Torch-Pruning's ``DependencyGraph``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import torch
+import torch_pruning as tp
+from torch import nn
+from torch_pruning import ops
+from torch_pruning.dependency import index_mapping
+
+logger = logging.getLogger(__name__)
+
+#: Module types that root a prunable group (their output channels are pruned).
+ROOT_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.Linear,
+)
+
+
+@dataclass(frozen=True)
+class GraphGroup:
+    """One group of coupled channels found in the graph."""
+
+    name: str
+    channels: int
+    members: tuple[str, ...]
+    channel_groups: int = 1
+
+
+@dataclass
+class Graph:
+    """A built dependency graph plus what Frontier learned while building it."""
+
+    dg: Any  # tp.DependencyGraph
+    model: nn.Module
+    module_names: dict[nn.Module, str]
+    failed_nodes: set[Any]
+    failure: str | None = None
+
+
+def build_graph(model: nn.Module, example_inputs: Any) -> Graph | None:
+    """Trace ``model`` into a dependency graph, tolerating ops Torch-Pruning cannot map.
+
+    Torch-Pruning maps channel indices through reshapes, concatenations and splits. When
+    one of those mappings raises (channel shuffle in shufflenet_v2 divides by zero), the
+    whole build fails upstream. Here each mapping is tried on its own; the nodes that fail
+    are remembered so that every group touching them is left out of pruning, while the
+    rest of the model stays prunable.
+
+    Returns:
+        The graph, or None when even tracing failed (then nothing is prunable).
+    """
+    failed: set[Any] = set()
+    original = index_mapping.update_index_mapping
+
+    def tolerant_update(graph: Any) -> None:
+        for node in graph.module2node.values():
+            single = _SingleNodeGraph(graph, node)
+            try:
+                original(single)
+            except Exception as err:  # a mapping Torch-Pruning cannot compute
+                logger.debug("index mapping failed at %s: %r", node.name, err)
+                failed.add(node)
+
+    dg = tp.DependencyGraph()
+    try:
+        with (
+            warnings.catch_warnings(),
+            mock.patch.object(index_mapping, "update_index_mapping", tolerant_update),
+            torch.enable_grad(),
+        ):
+            warnings.simplefilter("ignore")
+            dg.build_dependency(model, example_inputs=example_inputs, verbose=False)
+    except Exception as err:
+        return Graph(
+            dg=None,
+            model=model,
+            module_names={},
+            failed_nodes=set(),
+            failure=f"{type(err).__name__}: {err}",
+        )
+    names = {module: name for name, module in model.named_modules()}
+    return Graph(dg=dg, model=model, module_names=names, failed_nodes=failed)
+
+
+class _SingleNodeGraph:
+    """Presents one node of a graph to Torch-Pruning's ``update_index_mapping``."""
+
+    def __init__(self, graph: Any, node: Any) -> None:
+        self._graph = graph
+        self.module2node = {node.module: node}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph, name)
+
+
+def output_channels(graph: Graph, module: nn.Module) -> int | None:
+    pruner = graph.dg.get_pruner_of_module(module)
+    if pruner is None:
+        return None
+    channels = pruner.get_out_channels(module)
+    return int(channels) if channels is not None else None
+
+
+def pruning_group(graph: Graph, module: nn.Module, idxs: list[int]) -> Any:
+    pruner = graph.dg.get_pruner_of_module(module)
+    return graph.dg.get_pruning_group(module, pruner.prune_out_channels, idxs)
+
+
+def channel_groups(graph: Graph, group: Any) -> int:
+    """How many equal channel groups a pruning group must shrink evenly (grouped convs,
+    group norms); 1 when free. Depthwise convs follow their input and do not count."""
+    found = [1]
+    for dep, _ in group:
+        module = dep.target.module
+        pruner = graph.dg.get_pruner_of_module(module)
+        if pruner is None:
+            continue
+        if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d) and (
+            module.groups == module.out_channels
+        ):
+            continue
+        if graph.dg.is_out_channel_pruning_fn(dep.handler):
+            found.append(int(pruner.get_out_channel_groups(module) or 1))
+        else:
+            found.append(int(pruner.get_in_channel_groups(module) or 1))
+    return max(found)
+
+
+def iter_groups(graph: Graph) -> Iterator[tuple[GraphGroup | None, str, str | None]]:
+    """Yield ``(group, root_name, reason_skipped)`` for every candidate root module.
+
+    The group is named after its member that comes first in the model's module order,
+    so names are stable and readable (``layer1.0.conv1``). A group whose channels reach
+    the model's output (the classifier) or touch a node whose index mapping failed is
+    yielded with a reason instead.
+    """
+    order = {name: i for i, name in enumerate(graph.module_names.values())}
+    visited: set[nn.Module] = set()
+    candidates = [
+        m for m in graph.dg.module2node if isinstance(m, ROOT_TYPES) and m in graph.module_names
+    ]
+    candidates.sort(key=lambda m: order[graph.module_names[m]])
+    for module in candidates:
+        if module in visited:
+            continue
+        root_name = graph.module_names[module]
+        try:
+            channels = output_channels(graph, module)
+            if channels is None:
+                continue
+            group = pruning_group(graph, module, list(range(channels)))
+        except Exception as err:
+            visited.add(module)
+            yield None, root_name, f"Torch-Pruning cannot group it ({type(err).__name__}: {err})"
+            continue
+        members: list[str] = []
+        reaches_output = False
+        touches_failed = False
+        for dep, _ in group:
+            node = dep.target
+            if node in graph.failed_nodes or dep.source in graph.failed_nodes:
+                touches_failed = True
+            if isinstance(node.module, ops._OutputOp):
+                reaches_output = True
+            if graph.dg.is_out_channel_pruning_fn(dep.handler):
+                visited.add(node.module)
+                if len(node.outputs) == 0:
+                    reaches_output = True
+                if node.module in graph.module_names and isinstance(node.module, ROOT_TYPES):
+                    members.append(graph.module_names[node.module])
+        members.sort(key=lambda n: order[n])
+        name = members[0] if members else root_name
+        if reaches_output:
+            yield None, name, "its channels are the model's output"
+        elif touches_failed:
+            yield (
+                None,
+                name,
+                "Torch-Pruning cannot map its channels through a reshape/concat it meets",
+            )
+        else:
+            found = GraphGroup(
+                name=name,
+                channels=channels,
+                members=tuple(members),
+                channel_groups=channel_groups(graph, group),
+            )
+            yield found, name, None
+
+
+def group_importance(graph: Graph, group: Any, criterion: str) -> torch.Tensor:
+    """Importance of each channel of ``group`` (higher = keep) under ``criterion``."""
+    importance: Any
+    if criterion == "bn_scale":
+        importance = tp.importance.BNScaleImportance()
+    elif criterion == "taylor":
+        importance = tp.importance.GroupTaylorImportance()
+    else:
+        importance = tp.importance.GroupMagnitudeImportance(p=1)
+    with torch.no_grad(), contextlib.suppress(Exception):
+        scores = importance(group)
+        if scores is not None:
+            return scores
+    # BN-scale has nothing to score where a group has no batch norm, Taylor where no
+    # gradient was computed: fall back to L1 magnitude, which always applies.
+    with torch.no_grad():
+        return tp.importance.GroupMagnitudeImportance(p=1)(group)

@@ -1,0 +1,237 @@
+"""The compression plan: pure data saying how one candidate is compressed.
+
+A plan is keyed by fully-qualified module names (strings survive deepcopy, pickling,
+Ray workers and MLflow params) and round-trips through JSON with a format version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PLAN_FORMAT_VERSION = 1
+
+#: Bit widths Frontier can simulate. 32 means "left in FP32", 16 half-precision weights.
+SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8, 16, 32)
+
+#: Importance criteria for choosing which channels a structured prune removes.
+IMPORTANCE_CRITERIA: tuple[str, ...] = ("l1", "taylor", "bn_scale")
+
+
+class PlanError(ValueError):
+    """A plan (or its JSON form) breaks a rule; the message names the field and value."""
+
+
+def _nearest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def check_ratio(field_name: str, ratio: float) -> None:
+    """Raise PlanError unless ``ratio`` is a finite number in [0, 1)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float):
+        raise PlanError(f"{field_name}: ratio must be a number, got {ratio!r}")
+    if not (math.isfinite(ratio) and 0.0 <= ratio < 1.0):
+        raise PlanError(f"{field_name}: ratio must be in [0, 1), got {ratio!r}")
+
+
+def check_bits(field_name: str, bits: int, allowed: Iterable[int] = SUPPORTED_BITS) -> None:
+    """Raise PlanError unless ``bits`` is one of ``allowed``."""
+    allowed = tuple(allowed)
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in allowed:
+        raise PlanError(f"{field_name}: bit width must be one of {list(allowed)}, got {bits!r}")
+
+
+@dataclass(frozen=True)
+class DistillSpec:
+    """Knowledge-distillation settings of a plan.
+
+    Args:
+        temperature: softmax temperature T (> 0) applied to teacher and student logits.
+        alpha: weight of the distillation term in [0, 1]; 1 - alpha weighs cross-entropy.
+    """
+
+    temperature: float = 4.0
+    alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, int | float) and self.temperature > 0):
+            raise PlanError(f"distill.temperature must be > 0, got {self.temperature!r}")
+        if not (isinstance(self.alpha, int | float) and 0.0 <= self.alpha <= 1.0):
+            raise PlanError(f"distill.alpha must be in [0, 1], got {self.alpha!r}")
+
+
+@dataclass(frozen=True)
+class StudentSpec:
+    """A student architecture: a registered family plus width and depth multipliers.
+
+    Args:
+        family: name of a student factory registered with ``register_student``.
+        width_mult: multiplier on channel/feature widths (> 0).
+        depth_mult: multiplier on the number of blocks/layers (> 0).
+    """
+
+    family: str
+    width_mult: float = 1.0
+    depth_mult: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.family, str) or not self.family:
+            raise PlanError(f"student.family must be a non-empty string, got {self.family!r}")
+        for name in ("width_mult", "depth_mult"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise PlanError(f"student.{name} must be a number > 0, got {value!r}")
+
+    @property
+    def key(self) -> str:
+        """A stable, readable label such as ``mlp-w0.5-d1``."""
+        return f"{self.family}-w{self.width_mult:g}-d{self.depth_mult:g}"
+
+
+@dataclass(frozen=True)
+class CompressionPlan:
+    """How one candidate is compressed. Pure data: re-applies to the same result.
+
+    Args:
+        prune: prune ratio in [0, 1) per prunable group, keyed by the group's name.
+        weight_bits: weight bit width per quantizable layer (32 = FP32, 16 = FP16).
+        act_bits: input-activation bit width per quantizable layer (32 = FP32).
+        distill: distillation settings, or None for no distillation.
+        student: student architecture, or None to compress the model itself.
+        round_to: kept channel counts are multiples of this (hardware-friendly shapes).
+        importance: criterion ranking channels for removal: "l1", "taylor" or "bn_scale".
+    """
+
+    prune: dict[str, float] = field(default_factory=dict)
+    weight_bits: dict[str, int] = field(default_factory=dict)
+    act_bits: dict[str, int] = field(default_factory=dict)
+    distill: DistillSpec | None = None
+    student: StudentSpec | None = None
+    round_to: int = 1
+    importance: str = "l1"
+
+    def __post_init__(self) -> None:
+        for name, ratio in self.prune.items():
+            check_ratio(f"prune[{name!r}]", ratio)
+        for kind in ("weight_bits", "act_bits"):
+            for name, bits in getattr(self, kind).items():
+                check_bits(f"{kind}[{name!r}]", bits)
+        if isinstance(self.round_to, bool) or not isinstance(self.round_to, int):
+            raise PlanError(f"round_to must be an integer >= 1, got {self.round_to!r}")
+        if self.round_to < 1:
+            raise PlanError(f"round_to must be an integer >= 1, got {self.round_to!r}")
+        if self.importance not in IMPORTANCE_CRITERIA:
+            raise PlanError(
+                f"importance must be one of {list(IMPORTANCE_CRITERIA)}, got {self.importance!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data, with the format version."""
+        return {
+            "format_version": PLAN_FORMAT_VERSION,
+            "prune": dict(sorted(self.prune.items())),
+            "weight_bits": dict(sorted(self.weight_bits.items())),
+            "act_bits": dict(sorted(self.act_bits.items())),
+            "distill": None
+            if self.distill is None
+            else {"temperature": self.distill.temperature, "alpha": self.distill.alpha},
+            "student": None
+            if self.student is None
+            else {
+                "family": self.student.family,
+                "width_mult": self.student.width_mult,
+                "depth_mult": self.student.depth_mult,
+            },
+            "round_to": self.round_to,
+            "importance": self.importance,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, *, space: Any = None) -> CompressionPlan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PlanError(f"plan is not valid JSON: {err}") from err
+        return cls.from_dict(data, space=space)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, space: Any = None) -> CompressionPlan:
+        """Build a plan from ``to_dict`` output, rejecting anything it does not know.
+
+        Args:
+            data: the mapping to read.
+            space: optionally a ``SearchSpace``; then layer names and values must be ones
+                that space allows (unknown names get the nearest known names suggested).
+        """
+        if not isinstance(data, Mapping):
+            raise PlanError(f"plan must be a mapping, got {type(data).__name__}")
+        known = {
+            "format_version",
+            "prune",
+            "weight_bits",
+            "act_bits",
+            "distill",
+            "student",
+            "round_to",
+            "importance",
+        }
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PlanError(f"unknown plan key {unknown[0]!r}{_nearest(unknown[0], known)}")
+        version = data.get("format_version", PLAN_FORMAT_VERSION)
+        if version != PLAN_FORMAT_VERSION:
+            raise PlanError(
+                f"format_version: this Frontier reads plan format {PLAN_FORMAT_VERSION}, "
+                f"got {version!r}"
+            )
+        tables: dict[str, dict[str, Any]] = {}
+        for kind in ("prune", "weight_bits", "act_bits"):
+            table = data.get(kind, {}) or {}
+            if not isinstance(table, Mapping):
+                raise PlanError(f"{kind} must be a mapping of layer name to value, got {table!r}")
+            tables[kind] = dict(table)
+        distill = _read_sub(data.get("distill"), DistillSpec, "distill")
+        student = _read_sub(data.get("student"), StudentSpec, "student")
+        plan = cls(
+            prune=tables["prune"],
+            weight_bits=tables["weight_bits"],
+            act_bits=tables["act_bits"],
+            distill=distill,
+            student=student,
+            round_to=data.get("round_to", 1),
+            importance=data.get("importance", "l1"),
+        )
+        if space is not None:
+            space.validate(plan)
+        return plan
+
+
+def _read_sub(value: Any, cls: type, name: str) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{name} must be a mapping or null, got {value!r}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - fields)
+    if unknown:
+        raise PlanError(f"unknown key {name}.{unknown[0]}{_nearest(unknown[0], fields)}")
+    return cls(**value)
+
+
+def check_names(kind: str, names: Iterable[str], known: Iterable[str]) -> None:
+    """Raise PlanError naming the first of ``names`` not in ``known``, with suggestions."""
+    known_set = set(known)
+    for name in names:
+        if name not in known_set:
+            raise PlanError(
+                f"{kind}: {name!r} is not a layer of this search space{_nearest(name, known_set)}"
+            )

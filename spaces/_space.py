@@ -1,0 +1,422 @@
+"""What can be searched: discovering a model's search space and drawing plans from it."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from . import _graph
+from ._forward import SpaceError, check_forward, eval_mode
+from ._plan import (
+    IMPORTANCE_CRITERIA,
+    SUPPORTED_BITS,
+    CompressionPlan,
+    DistillSpec,
+    PlanError,
+    StudentSpec,
+    check_bits,
+    check_names,
+    check_ratio,
+)
+from ._quant import channel_axis
+from ._students import build_student
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    """The distillation dimensions of a space.
+
+    Args:
+        temperatures: temperatures to choose from.
+        alphas: distillation weights to choose from.
+        optional: whether "no distillation" is also a choice.
+    """
+
+    temperatures: tuple[float, ...] = (2.0, 4.0, 8.0)
+    alphas: tuple[float, ...] = (0.5, 0.9)
+    optional: bool = True
+
+    def __post_init__(self) -> None:
+        for t in self.temperatures:
+            DistillSpec(temperature=t)
+        for a in self.alphas:
+            DistillSpec(alpha=a)
+        if not self.temperatures or not self.alphas:
+            raise SpaceError("distill: temperatures and alphas must each list at least one value")
+
+
+@dataclass(frozen=True)
+class SpaceOptions:
+    """How a space is built from a model. Every field has a sensible default.
+
+    Args:
+        prune_ratios: the ratio grid each prunable group (or tie) chooses from.
+        weight_bits: weight bit widths each quantizable layer chooses from (32 = FP32).
+        act_bits: input-activation bit widths each quantizable layer chooses from.
+        round_to: kept channel counts are multiples of this.
+        importance: channel-ranking criterion, "l1", "taylor" or "bn_scale".
+        include: regexes (full match) of layer names to search; empty means all.
+        exclude: regexes (full match) of layer names to leave alone.
+        ties: tie name -> regex; every group and layer whose name fully matches shares one
+            ratio and one pair of bit widths (for example ``{"layer1": r"layer1\\..*"}``).
+        distill: distillation dimensions, or None for no distillation dimension.
+        students: student architectures to choose from besides the model itself.
+    """
+
+    prune_ratios: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+    weight_bits: tuple[int, ...] = (4, 8, 16, 32)
+    act_bits: tuple[int, ...] = (8, 32)
+    round_to: int = 1
+    importance: str = "l1"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    ties: Mapping[str, str] = field(default_factory=dict)
+    distill: DistillOptions | None = None
+    students: tuple[StudentSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.prune_ratios:
+            raise SpaceError("prune_ratios must list at least one ratio, e.g. [0.0, 0.5]")
+        for r in self.prune_ratios:
+            check_ratio("prune_ratios", r)
+        for kind in ("weight_bits", "act_bits"):
+            values = getattr(self, kind)
+            if not values:
+                raise SpaceError(f"{kind} must list at least one bit width, e.g. [8, 32]")
+            for b in values:
+                check_bits(kind, b, SUPPORTED_BITS)
+        if not isinstance(self.round_to, int) or self.round_to < 1:
+            raise SpaceError(f"round_to must be an integer >= 1, got {self.round_to!r}")
+        if self.importance not in IMPORTANCE_CRITERIA:
+            raise SpaceError(
+                f"importance must be one of {list(IMPORTANCE_CRITERIA)}, got {self.importance!r}"
+            )
+        for kind in ("include", "exclude"):
+            for pattern in getattr(self, kind):
+                _compile(kind, pattern)
+        for name, pattern in self.ties.items():
+            _compile(f"ties.{name}", pattern)
+
+
+def _compile(field_name: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise SpaceError(f"{field_name}: {pattern!r} is not a valid regex ({err})") from err
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """A set of coupled channels pruned together, named after its first member."""
+
+    name: str
+    channels: int
+    members: tuple[str, ...]
+    tie: str | None = None
+    channel_groups: int = 1
+
+
+@dataclass(frozen=True)
+class QuantLayer:
+    """A layer whose weights and input activations take a bit width."""
+
+    name: str
+    kind: str
+    weight_bits: tuple[int, ...]
+    act_bits: tuple[int, ...]
+    tie: str | None = None
+
+
+@dataclass(frozen=True)
+class SkippedGroup:
+    """A group left out of pruning, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searchable dimension: an Optuna parameter name and its choices."""
+
+    name: str
+    kind: str
+    choices: tuple[Any, ...]
+    detail: str = ""
+
+
+Chooser = Callable[[str, Sequence[Any]], Any]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Everything a search may choose for one model. Plain data; see ``discover``.
+
+    Attributes:
+        groups: prunable channel groups.
+        layers: quantizable layers.
+        skipped: groups left out of pruning, with reasons.
+        options: the options the space was built with.
+        students: the space of each student architecture, keyed by ``StudentSpec.key``.
+    """
+
+    groups: tuple[LayerGroup, ...]
+    layers: tuple[QuantLayer, ...]
+    skipped: tuple[SkippedGroup, ...]
+    options: SpaceOptions
+    students: Mapping[str, SearchSpace] = field(default_factory=dict)
+
+    # -- drawing plans ---------------------------------------------------------------
+    def suggest(self, trial: Any) -> CompressionPlan:
+        """Draw a plan through an Optuna trial (define-by-run).
+
+        Parameter names are stable and readable: ``prune.layer1.0.conv1``,
+        ``wbits.features.3``, ``abits.fc``, ``distill.temperature``, ``student``; the
+        parameters of a student's own layers carry its key (``mlp-w0.5-d1/prune.fc``).
+        """
+        return self._draw(lambda name, choices: trial.suggest_categorical(name, list(choices)))
+
+    def sample(self, rng: np.random.Generator | int) -> CompressionPlan:
+        """Draw a plan uniformly at random; the same seed gives the same plan."""
+        gen = np.random.default_rng(rng) if isinstance(rng, int) else rng
+
+        def choose(name: str, choices: Sequence[Any]) -> Any:
+            value = choices[int(gen.integers(len(choices)))]
+            return value.item() if isinstance(value, np.generic) else value
+
+        return self._draw(choose)
+
+    def _draw(self, choose: Chooser) -> CompressionPlan:
+        distill = None
+        dist = self.options.distill
+        if dist is not None:
+            use = choose("distill", (True, False)) if dist.optional else True
+            if use:
+                distill = DistillSpec(
+                    temperature=choose("distill.temperature", dist.temperatures),
+                    alpha=choose("distill.alpha", dist.alphas),
+                )
+        space, student, prefix = self, None, ""
+        if self.students:
+            key = choose("student", ("none", *self.students))
+            if key != "none":
+                space, prefix = self.students[key], f"{key}/"
+                student = next(s for s in self.options.students if s.key == key)
+        values = {
+            dim.name: choose(prefix + dim.name, dim.choices) for dim in space.own_dimensions()
+        }
+        default_ratio = space.options.prune_ratios[0]
+        prune = {
+            g.name: values.get(f"prune.{g.tie or g.name}", default_ratio) for g in space.groups
+        }
+        wbits = {
+            q.name: values.get(f"wbits.{q.tie or q.name}", q.weight_bits[0]) for q in space.layers
+        }
+        abits = {
+            q.name: values.get(f"abits.{q.tie or q.name}", q.act_bits[0]) for q in space.layers
+        }
+        return CompressionPlan(
+            prune={k: float(v) for k, v in prune.items() if v > 0},
+            weight_bits={k: int(v) for k, v in wbits.items() if v < 32},
+            act_bits={k: int(v) for k, v in abits.items() if v < 32},
+            distill=distill,
+            student=student,
+            round_to=self.options.round_to,
+            importance=self.options.importance,
+        )
+
+    # -- describing ------------------------------------------------------------------
+    def own_dimensions(self) -> list[Dimension]:
+        """The pruning and bit-width dimensions of this architecture (one per tie)."""
+        dims: list[Dimension] = []
+        seen: set[str] = set()
+        ratios = self.options.prune_ratios
+        if len(ratios) > 1:
+            for g in self.groups:
+                key = f"prune.{g.tie or g.name}"
+                if key not in seen:
+                    seen.add(key)
+                    members = [x for x in self.groups if (x.tie or x.name) == (g.tie or g.name)]
+                    detail = f"{sum(x.channels for x in members)} channels"
+                    if g.tie:
+                        detail += f" in {len(members)} tied groups"
+                    dims.append(Dimension(key, "prune ratio", ratios, detail))
+        for q in self.layers:
+            for prefix, choices in (("wbits", q.weight_bits), ("abits", q.act_bits)):
+                key = f"{prefix}.{q.tie or q.name}"
+                if len(choices) > 1 and key not in seen:
+                    seen.add(key)
+                    kind = "weight bits" if prefix == "wbits" else "activation bits"
+                    dims.append(Dimension(key, kind, choices, q.kind))
+        return dims
+
+    def dimensions(self) -> list[Dimension]:
+        """Every dimension of the space, distillation and student choice included."""
+        dims: list[Dimension] = []
+        dist = self.options.distill
+        if dist is not None:
+            if dist.optional:
+                dims.append(Dimension("distill", "distillation on/off", (True, False)))
+            dims.append(Dimension("distill.temperature", "temperature", dist.temperatures))
+            dims.append(Dimension("distill.alpha", "alpha", dist.alphas))
+        if self.students:
+            dims.append(Dimension("student", "architecture", ("none", *self.students)))
+        dims += self.own_dimensions()
+        for key, sub in self.students.items():
+            dims += [replace(d, name=f"{key}/{d.name}") for d in sub.own_dimensions()]
+        return dims
+
+    def describe(self) -> str:
+        """A plain-text table of the dimensions, the skipped groups and the space's size."""
+        dims = self.dimensions()
+        rows = [("dimension", "kind", "choices", "detail")]
+        rows += [
+            (
+                d.name,
+                d.kind,
+                ", ".join(f"{c:g}" if isinstance(c, float) else str(c) for c in d.choices),
+                d.detail,
+            )
+            for d in dims
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        log10 = sum(math.log10(len(d.choices)) for d in dims)
+        lines.append("")
+        lines.append(
+            f"{len(dims)} dimensions, about 10^{log10:.1f} plans; {len(self.groups)} prunable "
+            f"groups, {len(self.layers)} quantizable layers, round_to={self.options.round_to}, "
+            f"importance={self.options.importance}"
+        )
+        for s in self.skipped:
+            lines.append(f"not pruned: {s.name} ({s.reason})")
+        return "\n".join(lines)
+
+    # -- checking --------------------------------------------------------------------
+    def validate(self, plan: CompressionPlan) -> None:
+        """Raise PlanError unless ``plan`` names only layers and values of this space."""
+        space = self
+        if plan.student is not None:
+            sub = self.students.get(plan.student.key)
+            if sub is None:
+                raise PlanError(
+                    f"student: {plan.student.key!r} is not a student of this space; "
+                    f"choices: {sorted(self.students) or 'none'}"
+                )
+            space = sub
+        check_names("prune", plan.prune, [g.name for g in space.groups])
+        layers = {q.name: q for q in space.layers}
+        for kind in ("weight_bits", "act_bits"):
+            table: Mapping[str, int] = getattr(plan, kind)
+            check_names(kind, table, layers)
+            for name, bits in table.items():
+                check_bits(f"{kind}[{name!r}]", bits, getattr(layers[name], kind))
+
+    def group(self, name: str) -> LayerGroup:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(re.fullmatch(p, name) for p in patterns)
+
+
+def _selected(name: str, options: SpaceOptions) -> bool:
+    if options.include and not _matches(name, options.include):
+        return False
+    return not _matches(name, options.exclude)
+
+
+def _tie_of(name: str, options: SpaceOptions) -> str | None:
+    for tie, pattern in options.ties.items():
+        if re.fullmatch(pattern, name):
+            return tie
+    return None
+
+
+def discover(
+    model: nn.Module, example_inputs: Any, options: SpaceOptions | None = None
+) -> SearchSpace:
+    """Find what can be searched in ``model``.
+
+    Prunable groups come from Torch-Pruning's dependency graph; the groups whose channels
+    are the model's output are never pruned; a group Torch-Pruning cannot handle is left
+    out of pruning with a warning naming it. Quantizable layers are the Conv/Linear layers.
+    The model is not modified.
+
+    Args:
+        model: the (trained) model.
+        example_inputs: a batch the model accepts (tensor, tuple of tensors or dict).
+        options: grids, round_to, include/exclude, ties, distillation and students.
+    """
+    options = options or SpaceOptions()
+    output = check_forward(model, example_inputs)
+    groups: list[LayerGroup] = []
+    skipped: list[SkippedGroup] = []
+    with eval_mode(model):
+        graph = _graph.build_graph(model, example_inputs)
+    if graph is None or graph.dg is None:
+        reason = graph.failure if graph is not None else "unknown"
+        warnings.warn(
+            f"Torch-Pruning cannot trace {type(model).__name__} ({reason}); "
+            "no group will be pruned, the rest of the space stands",
+            stacklevel=2,
+        )
+        skipped.append(SkippedGroup(type(model).__name__, f"tracing failed: {reason}"))
+    else:
+        for found, name, reason in _graph.iter_groups(graph):
+            if found is None:
+                skipped.append(SkippedGroup(name, reason or ""))
+                if reason and "output" not in reason:
+                    warnings.warn(f"{name} is left out of pruning: {reason}", stacklevel=2)
+            elif _selected(found.name, options):
+                groups.append(
+                    LayerGroup(
+                        name=found.name,
+                        channels=found.channels,
+                        members=found.members,
+                        tie=_tie_of(found.name, options),
+                        channel_groups=found.channel_groups,
+                    )
+                )
+    layers = [
+        QuantLayer(
+            name=name,
+            kind=type(module).__name__,
+            weight_bits=tuple(options.weight_bits),
+            act_bits=tuple(options.act_bits),
+            tie=_tie_of(name, options),
+        )
+        for name, module in model.named_modules()
+        if name and channel_axis(module) is not None and _selected(name, options)
+    ]
+    students: dict[str, SearchSpace] = {}
+    if options.students:
+        num_classes = int(output.shape[-1])
+        sub_options = replace(options, students=(), distill=None)
+        for spec in options.students:
+            student = build_student(spec, num_classes=num_classes, example_inputs=example_inputs)
+            students[spec.key] = discover(student, example_inputs, sub_options)
+    return SearchSpace(
+        groups=tuple(groups),
+        layers=tuple(layers),
+        skipped=tuple(skipped),
+        options=options,
+        students=students,
+    )
