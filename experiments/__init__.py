@@ -1,1 +1,40 @@
-"""placeholder"""
+"""Built-in tasks (data, baseline model, training recipe) and experiment configs.
+
+A task is the problem a search compresses a model for: ``build_task("digits",
+model="mlp")``, a class registered with ``@register_task``, or a builder named by a
+Python path in a config (``my_pkg.tasks:build``). ``builtin_configs()`` lists the
+experiments ``frontier`` runs by name.
+"""
+
+from pathlib import Path
+
+from ._digits import DigitsTask, Recipe, cache_dir, evaluate, load_digits_splits, train_classifier
+from ._imagefolder import ImageFolderTask, load_weights
+from ._tasks import Loaders, Task, TaskError, build_task, register_task, task_names
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+def builtin_configs() -> dict[str, Path]:
+    """The built-in experiment configs, by name (the file name without ``.yaml``)."""
+    return {p.stem: p for p in sorted(CONFIG_DIR.glob("*.yaml"))}
+
+
+__all__ = [
+    "CONFIG_DIR",
+    "DigitsTask",
+    "ImageFolderTask",
+    "Loaders",
+    "Recipe",
+    "Task",
+    "TaskError",
+    "build_task",
+    "builtin_configs",
+    "cache_dir",
+    "evaluate",
+    "load_digits_splits",
+    "load_weights",
+    "register_task",
+    "task_names",
+    "train_classifier",
+]

@@ -29,12 +29,14 @@ from ._space import (
     SpaceOptions,
     discover,
 )
-from ._students import CNN, MLP, build_student, register_student, student_families
+from ._students import CNN, CNN_CHANNELS, MLP, MLP_HIDDEN, build_student, register_student, student_families
 
 __all__ = [
     "CNN",
+    "CNN_CHANNELS",
     "IMPORTANCE_CRITERIA",
     "MLP",
+    "MLP_HIDDEN",
     "PLAN_FORMAT_VERSION",
     "SUPPORTED_BITS",
     "ApplyError",

@@ -1,0 +1,204 @@
+"""The built-in ``digits`` task: scikit-learn's 8x8 digits, an MLP or a small CNN.
+
+The data ships inside scikit-learn, so nothing is downloaded. Baselines train here in
+seconds and are cached on disk, keyed by a hash of the recipe: a changed recipe retrains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ._tasks import Loaders, Task, TaskError, register_task
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "FRONTIER_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """Where baselines are cached: ``$FRONTIER_CACHE_DIR`` or ``~/.cache/frontier``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "frontier")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines a trained baseline; its hash names the cache file."""
+
+    family: str
+    epochs: int = 40
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    label_smoothing: float = 0.1
+    batch_size: int = 64
+    seed: int = 0
+    architecture: tuple[int, ...] = ()
+    split_seed: int = 0
+
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_digits_splits(seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Digits as (N, 1, 8, 8) floats in [0, 1], split 60/20/20 (stratified, seeded)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    data = load_digits()
+    x = (data.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = data.target.astype(np.int64)
+    x_train, x_rest, y_train, y_rest = train_test_split(
+        x, y, test_size=0.4, random_state=seed, stratify=y
+    )
+    x_val, x_test, y_val, y_test = train_test_split(
+        x_rest, y_rest, test_size=0.5, random_state=seed, stratify=y_rest
+    )
+    return {
+        "train": (torch.from_numpy(x_train), torch.from_numpy(y_train)),
+        "val": (torch.from_numpy(x_val), torch.from_numpy(y_val)),
+        "test": (torch.from_numpy(x_test), torch.from_numpy(y_test)),
+    }
+
+
+def evaluate(model: nn.Module, loader: DataLoader[Any]) -> float:
+    """Top-1 accuracy of ``model`` over ``loader``."""
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += int((model(x).argmax(dim=-1) == y).sum())
+            total += len(y)
+    model.train(was_training)
+    return correct / max(total, 1)
+
+
+def train_classifier(model: nn.Module, loaders: Loaders, recipe: Recipe) -> float:
+    """Train with AdamW and label-smoothed cross-entropy; keep the weights of the best validation epoch.
+
+    Returns:
+        The best validation accuracy.
+    """
+    torch.manual_seed(recipe.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    best_acc, best_state = -1.0, None
+    for _ in range(recipe.epochs):
+        model.train()
+        for x, y in loaders.train:
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        sched.step()
+        acc = evaluate(model, loaders.val)
+        if acc > best_acc:
+            best_acc = acc
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return best_acc
+
+
+@register_task("digits")
+class DigitsTask(Task):
+    """scikit-learn's digits (1,797 8x8 images, 10 classes) with an MLP or CNN baseline.
+
+    Args:
+        model: baseline family, "mlp" or "cnn".
+        seed: seed of the data split and of training.
+        epochs: training epochs of the baseline.
+    """
+
+    name = "digits"
+    num_classes = 10
+
+    def __init__(self, *, model: str = "mlp", seed: int = 0, epochs: int = 40) -> None:
+        if model not in ("mlp", "cnn"):
+            raise TaskError(f"task.options.model: digits has 'mlp' and 'cnn', got {model!r}")
+        self.family = model
+        self.seed = seed
+        self.recipe = Recipe(
+            family=model,
+            epochs=epochs,
+            seed=seed,
+            split_seed=seed,
+            architecture=MLP_HIDDEN if model == "mlp" else CNN_CHANNELS,
+        )
+        self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._baseline: nn.Module | None = None
+
+    def splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        if self._splits is None:
+            self._splits = load_digits_splits(self.seed)
+        return self._splits
+
+    def loaders(self, *, batch_size: int = 128) -> Loaders:
+        s = self.splits()
+        gen = torch.Generator().manual_seed(self.seed)
+        return Loaders(
+            train=DataLoader(
+                TensorDataset(*s["train"]), batch_size=batch_size, shuffle=True, generator=gen
+            ),
+            val=DataLoader(TensorDataset(*s["val"]), batch_size=batch_size),
+            test=DataLoader(TensorDataset(*s["test"]), batch_size=batch_size),
+        )
+
+    def example_inputs(self) -> torch.Tensor:
+        return self.splits()["train"][0][:1].clone()
+
+    def new_model(self) -> nn.Module:
+        """A freshly initialised baseline architecture (seeded)."""
+        torch.manual_seed(self.seed)
+        return build_student(
+            StudentSpec(self.family),
+            num_classes=self.num_classes,
+            example_inputs=self.example_inputs(),
+        )
+
+    def cache_path(self) -> Path:
+        return cache_dir() / f"digits-{self.family}-{self.recipe.key()}.pt"
+
+    def baseline(self) -> nn.Module:
+        if self._baseline is not None:
+            return self._baseline
+        model = self.new_model()
+        path = self.cache_path()
+        if path.exists():
+            try:
+                model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+            except Exception as err:
+                logger.warning("cached baseline %s is unreadable (%s); retraining", path, err)
+            else:
+                self._baseline = model.eval()
+                return self._baseline
+        start = time.perf_counter()
+        print(f"training the digits {self.family} baseline (cached at {path}) ...", file=sys.stderr)
+        val_acc = train_classifier(
+            model, self.loaders(batch_size=self.recipe.batch_size), self.recipe
+        )
+        print(
+            f"trained in {time.perf_counter() - start:.1f} s, validation accuracy {val_acc:.4f}",
+            file=sys.stderr,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(model.state_dict(), tmp)
+        tmp.replace(path)
+        self._baseline = model.eval()
+        return self._baseline

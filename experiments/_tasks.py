@@ -1,0 +1,122 @@
+"""The task interface: data loaders, a baseline model and a metric, plus a registry."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+
+class TaskError(ValueError):
+    """A task cannot be built or loaded; the message names the task, file or field."""
+
+
+@dataclass(frozen=True)
+class Loaders:
+    """The three splits of a task's data."""
+
+    train: DataLoader[Any]
+    val: DataLoader[Any]
+    test: DataLoader[Any]
+
+
+class Task(ABC):
+    """What Frontier needs to know about a problem: data, a trained baseline, a metric.
+
+    Subclass it (or return any object with these methods from a builder function) and
+    register it with ``@register_task("name")``, or name a builder in a config as
+    ``my_pkg.tasks:build``.
+    """
+
+    name: str = "task"
+    metric_name: str = "accuracy"
+
+    @abstractmethod
+    def loaders(self, *, batch_size: int = 128) -> Loaders:
+        """Train, validation and test loaders yielding (inputs, targets) batches."""
+
+    @abstractmethod
+    def baseline(self) -> nn.Module:
+        """The trained, uncompressed model (the teacher), in eval mode."""
+
+    @abstractmethod
+    def example_inputs(self) -> torch.Tensor:
+        """One input batch of size 1, as the model takes it."""
+
+    def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> float:
+        """Top-1 accuracy by default."""
+        return float((logits.argmax(dim=-1) == targets).float().mean())
+
+    def calibration_batches(self, *, batches: int = 4, batch_size: int = 128) -> list[Any]:
+        """A few training batches for activation-range calibration."""
+        out = []
+        for i, batch in enumerate(self.loaders(batch_size=batch_size).train):
+            if i >= batches:
+                break
+            out.append(batch)
+        return out
+
+
+TaskBuilder = Callable[..., Task]
+_TASKS: dict[str, TaskBuilder] = {}
+
+
+def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
+    """Decorator registering a Task subclass (or a builder function) under ``name``."""
+
+    def decorate(builder: TaskBuilder) -> TaskBuilder:
+        if name in _TASKS:
+            raise ValueError(f"task {name!r} is already registered")
+        _TASKS[name] = builder
+        return builder
+
+    return decorate
+
+
+def task_names() -> list[str]:
+    """Names of the registered tasks."""
+    return sorted(_TASKS)
+
+
+def build_task(name: str, **options: Any) -> Task:
+    """Build a registered task, or one named by a Python path ``package.module:callable``.
+
+    Args:
+        name: a registered task name or ``module:attribute``.
+        options: keyword arguments for the task's constructor or builder.
+    """
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise TaskError(f"task {name!r}: cannot import {module_name!r} ({err})") from err
+        builder = getattr(module, attr, None)
+        if builder is None:
+            raise TaskError(f"task {name!r}: module {module_name!r} has no attribute {attr!r}")
+    else:
+        found = _TASKS.get(name)
+        if found is None:
+            raise TaskError(
+                f"task: unknown task {name!r}; registered: {task_names()}, "
+                "or give a Python path such as 'my_pkg.tasks:build'"
+            )
+        builder = found
+    try:
+        inspect.signature(builder).bind(**options)
+    except TypeError as err:
+        raise TaskError(f"task.options for {name!r}: {err}") from err
+    except ValueError:  # builtins without a signature: let the call speak
+        pass
+    task = builder(**options)
+    for method in ("loaders", "baseline", "example_inputs"):
+        if not callable(getattr(task, method, None)):
+            raise TaskError(f"task {name!r}: the built object has no {method}() method")
+    return task
