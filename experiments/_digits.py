@@ -88,7 +88,7 @@ def evaluate(model: nn.Module, loader: DataLoader[Any]) -> float:
 
 
 def train_classifier(model: nn.Module, loaders: Loaders, recipe: Recipe) -> float:
-    """Train with AdamW and label-smoothed cross-entropy; keep the weights of the best validation epoch.
+    """Train with AdamW and label-smoothed cross-entropy; keep the best validation epoch.
 
     Returns:
         The best validation accuracy.

@@ -29,7 +29,15 @@ from ._space import (
     SpaceOptions,
     discover,
 )
-from ._students import CNN, CNN_CHANNELS, MLP, MLP_HIDDEN, build_student, register_student, student_families
+from ._students import (
+    CNN,
+    CNN_CHANNELS,
+    MLP,
+    MLP_HIDDEN,
+    build_student,
+    register_student,
+    student_families,
+)
 
 __all__ = [
     "CNN",
