@@ -1,0 +1,161 @@
+"""apply_plan on models built here and on torchvision architectures with random weights."""
+
+import copy
+import warnings
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import torchvision
+from frontier.spaces import (
+    CompressionPlan,
+    SpaceOptions,
+    apply_plan,
+    discover,
+    export_onnx,
+    kept_channels,
+    model_cost,
+)
+
+TORCHVISION = [
+    "resnet18",
+    "resnet50",
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "regnet_y_400mf",
+    "shufflenet_v2_x1_0",
+]
+
+
+@pytest.mark.parametrize(
+    ("channels", "ratio", "round_to", "kept"),
+    [
+        (64, 0.0, 8, 64),
+        (64, 0.5, 8, 32),
+        (64, 0.95, 8, 8),
+        (10, 0.1, 8, 8),
+        (6, 0.5, 8, 6),
+        (100, 0.3, 1, 70),
+    ],
+    ids=["zero", "half", "floor-one-round_to", "round-down", "fewer-than-round_to", "plain"],
+)
+def test_kept_channels(channels: int, ratio: float, round_to: int, kept: int) -> None:
+    assert kept_channels(channels, ratio, round_to) == kept
+
+
+def test_apply_prunes_physically_and_leaves_input(small_cnn) -> None:
+    x = torch.randn(2, 3, 8, 8)
+    before = copy.deepcopy(small_cnn.state_dict())
+    plan = CompressionPlan(prune={"stem.0": 0.5, "b": 0.5}, round_to=4)
+    small = apply_plan(small_cnn, plan, x)
+    assert small.stem[0].out_channels == 8 and small.a[0].in_channels == 8
+    assert small.b.out_channels == 12 and small.head.in_features == 12 + 8
+    assert small(x).shape == (2, 10)
+    for k, v in small_cnn.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert (
+        model_cost(small, plan, x[:1]).params
+        < model_cost(small_cnn, CompressionPlan(), x[:1]).params
+    )
+
+
+@pytest.mark.parametrize("importance", ["l1", "taylor", "bn_scale"], ids=str)
+def test_importance_criteria_apply(small_cnn, importance: str) -> None:
+    x = torch.randn(2, 3, 8, 8)
+    plan = CompressionPlan(prune={"stem.0": 0.5}, importance=importance)
+    assert apply_plan(small_cnn, plan, x).stem[0].out_channels == 8
+
+
+def test_l1_removes_the_smallest_channels(mlp) -> None:
+    with torch.no_grad():
+        mlp[1].weight[:24] *= 0.01  # the first 24 rows are now the least important
+    small = apply_plan(mlp, CompressionPlan(prune={"1": 0.5}), torch.randn(1, 64))
+    kept = small[1].weight
+    assert torch.allclose(kept, mlp[1].weight[24:])
+
+
+def test_quantization_is_simulated_and_trainable(mlp) -> None:
+    x = torch.randn(16, 64)
+    plan = CompressionPlan(weight_bits={"1": 4, "3": 8}, act_bits={"3": 8})
+    q = apply_plan(mlp, plan, x, calibration_data=[x])
+    levels = torch.unique(q[1].weight[0]).numel()
+    assert levels <= 15, "4-bit symmetric weights take at most 15 levels per channel"
+    out = q(x)
+    assert not torch.allclose(out, mlp(x))
+    out.sum().backward()
+    assert q[1].parametrizations.weight.original.grad is not None, "straight-through gradient"
+    half = apply_plan(mlp, CompressionPlan(weight_bits={"1": 16}), x)
+    assert torch.equal(half[1].weight, mlp[1].weight.half().float())
+
+
+@pytest.mark.parametrize("name", TORCHVISION, ids=str)
+def test_torchvision_random_plans(name: str, tmp_path) -> None:
+    model = torchvision.models.get_model(name, weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        space = discover(model, x, SpaceOptions(round_to=8))
+    if name != "shufflenet_v2_x1_0":
+        assert len(space.groups) > 10
+    base = model_cost(model, CompressionPlan(), x)
+    for seed in range(20):
+        plan = space.sample(seed)
+        small = apply_plan(model, plan, x)
+        with torch.no_grad():
+            assert small(x).shape == (1, 1000)
+        cost = model_cost(small, plan, x)
+        assert cost.size_bytes <= base.size_bytes
+        if seed == 0:
+            again = apply_plan(model, CompressionPlan.from_json(plan.to_json(), space=space), x)
+            assert model_cost(again, plan, x) == cost
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "efficientnet_b0"], ids=str)
+def test_cost_falls_with_ratio_and_bits(name: str) -> None:
+    model = torchvision.models.get_model(name, weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    space = discover(model, x)
+    costs = []
+    for ratio in (0.0, 0.25, 0.5, 0.75):
+        plan = CompressionPlan(prune={g.name: ratio for g in space.groups if ratio > 0})
+        costs.append(model_cost(apply_plan(model, plan, x), plan, x))
+    for a, b in zip(costs, costs[1:], strict=False):
+        assert b.params < a.params and b.macs < a.macs and b.size_bytes < a.size_bytes
+    sizes = []
+    for bits in (32, 16, 8, 4, 2):
+        plan = CompressionPlan(
+            weight_bits={q.name: bits for q in space.layers if bits < 32},
+            act_bits={q.name: 8 for q in space.layers if bits < 32},
+        )
+        cost = model_cost(apply_plan(model, plan, x), plan, x)
+        sizes.append((cost.size_bytes, cost.bops))
+    for (s1, b1), (s2, b2) in zip(sizes, sizes[1:], strict=False):
+        assert s2 < s1 and b2 <= b1
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "regnet_y_400mf"], ids=str)
+def test_fp32_onnx_matches_torch(name: str, tmp_path) -> None:
+    model = torchvision.models.get_model(name, weights=None).eval()
+    x = torch.randn(2, 3, 64, 64)
+    space = discover(model, x[:1], SpaceOptions(round_to=8, weight_bits=(32,), act_bits=(32,)))
+    plan = space.sample(1)
+    small = apply_plan(model, plan, x[:1])
+    result = export_onnx(small, plan, x[:1], tmp_path / "m.onnx")
+    assert result.precision == "fp32"
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"input": x.numpy()})[0]
+    with torch.no_grad():
+        want = small(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_student_plan_builds_the_student(mlp) -> None:
+    from frontier.spaces import StudentSpec
+
+    x = torch.randn(1, 64)
+    plan = CompressionPlan(student=StudentSpec("mlp", width_mult=0.25), prune={"features.1": 0.5})
+    student = apply_plan(mlp, plan, x)
+    assert student(x).shape == (1, 10)
+    assert student.features[1].out_features == 32  # 256 * 0.25 = 64, pruned by half

@@ -1,0 +1,116 @@
+import numpy as np
+import optuna
+import pytest
+import torch
+from frontier.spaces import (
+    DistillOptions,
+    SpaceError,
+    SpaceOptions,
+    StudentSpec,
+    discover,
+)
+from torch import nn
+
+
+def test_groups_follow_coupled_channels(small_cnn) -> None:
+    space = discover(small_cnn, torch.randn(1, 3, 8, 8))
+    names = {g.name: g for g in space.groups}
+    # stem and block a are coupled by the residual add: one group, named after its first member.
+    assert "stem.0" in names and set(names["stem.0"].members) == {"stem.0", "a.0"}
+    assert names["stem.0"].channels == 16
+    assert {"b", "c"} <= set(names)
+    # the classifier output is never pruned
+    assert "head" not in names
+    assert any(s.name == "head" and "output" in s.reason for s in space.skipped)
+    assert [q.name for q in space.layers] == ["stem.0", "a.0", "b", "c", "head"]
+
+
+def test_discover_leaves_model_untouched(small_cnn) -> None:
+    small_cnn.train()
+    before = {k: v.clone() for k, v in small_cnn.state_dict().items()}
+    discover(small_cnn, torch.randn(4, 3, 8, 8))
+    assert small_cnn.training
+    for k, v in small_cnn.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_failing_forward_is_a_clear_error(mlp) -> None:
+    with pytest.raises(
+        SpaceError, match=r"Sequential forward failed on the example inputs \(1, 3\)"
+    ):
+        discover(mlp, torch.randn(1, 3))
+
+
+def test_not_a_module() -> None:
+    with pytest.raises(SpaceError, match="must be a torch.nn.Module"):
+        discover(lambda x: x, torch.randn(1))  # type: ignore[arg-type]
+
+
+def test_suggest_uses_readable_stable_names(small_cnn) -> None:
+    space = discover(small_cnn, torch.randn(1, 3, 8, 8), SpaceOptions(prune_ratios=(0.0, 0.5)))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    plan = space.suggest(trial)
+    assert {"prune.stem.0", "prune.b", "wbits.head", "abits.stem.0"} <= set(trial.params)
+    assert set(plan.prune) <= {g.name for g in space.groups}
+    space.validate(plan)
+
+
+def test_sample_is_seeded(small_cnn) -> None:
+    space = discover(small_cnn, torch.randn(1, 3, 8, 8))
+    assert space.sample(7) == space.sample(np.random.default_rng(7))
+    plans = {space.sample(s).to_json() for s in range(10)}
+    assert len(plans) > 5
+
+
+def test_ties_share_one_dimension(small_cnn) -> None:
+    opts = SpaceOptions(ties={"branches": r"b|c"})
+    space = discover(small_cnn, torch.randn(1, 3, 8, 8), opts)
+    names = [d.name for d in space.dimensions()]
+    assert "prune.branches" in names and "prune.b" not in names and "wbits.branches" in names
+    for seed in range(10):
+        plan = space.sample(seed)
+        assert plan.prune.get("b", 0) == plan.prune.get("c", 0)
+        assert plan.weight_bits.get("b", 32) == plan.weight_bits.get("c", 32)
+
+
+def test_include_and_exclude(small_cnn) -> None:
+    space = discover(small_cnn, torch.randn(1, 3, 8, 8), SpaceOptions(exclude=(r"stem\..*", "b")))
+    assert "stem.0" not in {g.name for g in space.groups}
+    assert {q.name for q in space.layers} == {"a.0", "c", "head"}
+    only = discover(small_cnn, torch.randn(1, 3, 8, 8), SpaceOptions(include=("c",)))
+    assert [g.name for g in only.groups] == ["c"]
+
+
+def test_distill_and_student_dimensions(mlp) -> None:
+    opts = SpaceOptions(
+        distill=DistillOptions(temperatures=(2.0, 4.0), alphas=(0.5,)),
+        students=(StudentSpec("mlp", width_mult=0.25),),
+    )
+    space = discover(mlp, torch.randn(1, 64), opts)
+    names = [d.name for d in space.dimensions()]
+    assert {"distill", "distill.temperature", "student"} <= set(names)
+    assert any(n.startswith("mlp-w0.25-d1/prune.") for n in names)
+    kinds = {space.sample(s).student for s in range(20)}
+    assert kinds == {None, StudentSpec("mlp", 0.25, 1.0)}
+    assert "about 10^" in space.describe()
+
+
+def test_bad_options_are_clear() -> None:
+    with pytest.raises(ValueError, match="ratio must be in"):
+        SpaceOptions(prune_ratios=(0.0, 1.0))
+    with pytest.raises(ValueError, match="bit width must be one of"):
+        SpaceOptions(weight_bits=(9,))
+    with pytest.raises(SpaceError, match="not a valid regex"):
+        SpaceOptions(include=("(",))
+
+
+def test_unprunable_model_still_gets_a_space() -> None:
+    import torchvision
+
+    model = torchvision.models.shufflenet_v2_x0_5(num_classes=10).eval()
+    with pytest.warns(UserWarning, match="left out of pruning"):
+        space = discover(model, torch.randn(1, 3, 32, 32))
+    assert space.layers, "quantization dimensions remain"
+    assert space.skipped
+    assert isinstance(model, nn.Module)
