@@ -1,6 +1,7 @@
 """apply_plan on models built here and on torchvision architectures with random weights."""
 
 import copy
+import itertools
 import warnings
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_cost_falls_with_ratio_and_bits(name: str) -> None:
     for ratio in (0.0, 0.25, 0.5, 0.75):
         plan = CompressionPlan(prune={g.name: ratio for g in space.groups if ratio > 0})
         costs.append(model_cost(apply_plan(model, plan, x), plan, x))
-    for a, b in zip(costs, costs[1:], strict=False):
+    for a, b in itertools.pairwise(costs):
         assert b.params < a.params and b.macs < a.macs and b.size_bytes < a.size_bytes
     sizes = []
     for bits in (32, 16, 8, 4, 2):
@@ -131,7 +132,7 @@ def test_cost_falls_with_ratio_and_bits(name: str) -> None:
         )
         cost = model_cost(apply_plan(model, plan, x), plan, x)
         sizes.append((cost.size_bytes, cost.bops))
-    for (s1, b1), (s2, b2) in zip(sizes, sizes[1:], strict=False):
+    for (s1, b1), (s2, b2) in itertools.pairwise(sizes):
         assert s2 < s1 and b2 <= b1
 
 

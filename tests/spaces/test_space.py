@@ -42,7 +42,7 @@ def test_failing_forward_is_a_clear_error(mlp) -> None:
 
 
 def test_not_a_module() -> None:
-    with pytest.raises(SpaceError, match="must be a torch.nn.Module"):
+    with pytest.raises(SpaceError, match=r"must be a torch\.nn\.Module"):
         discover(lambda x: x, torch.randn(1))  # type: ignore[arg-type]
 
 
