@@ -167,11 +167,23 @@ def calibrate(model: nn.Module, batches: Iterable[Any]) -> int:
     return seen
 
 
+def _unparametrize(module: nn.Module) -> None:
+    # torch's remove_parametrizations deletes the weight property from the module's
+    # generated class, and a deepcopy shares that class with the original model, which
+    # would break the original. Only Frontier parametrizes these weights, so restoring
+    # the plain class and the original parameter is the whole undo.
+    parametrizations: Any = module.parametrizations
+    original = parametrizations["weight"].original
+    del module._modules["parametrizations"]
+    module.__class__ = type(module).__bases__[0]
+    module.register_parameter("weight", original)
+
+
 def strip(model: nn.Module) -> nn.Module:
     """Remove the simulation in place, keeping the original FP32 weights; returns ``model``."""
     for module in model.modules():
         if parametrize.is_parametrized(module, "weight"):
-            parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
+            _unparametrize(module)
         if hasattr(module, _ACT_ATTR):
             delattr(module, _ACT_ATTR)
             for key, hook in list(module._forward_pre_hooks.items()):

@@ -1,0 +1,73 @@
+import pytest
+from frontier.search import ConfigError, load_config, parse_config
+from frontier.search.cli import main
+
+
+def test_builtin_config_by_name() -> None:
+    config = load_config("digits-mcu")
+    assert config.task.name == "digits" and config.task.options == {"model": "mlp"}
+    assert config.space.options().round_to == 8
+
+
+def test_unknown_name_lists_builtins() -> None:
+    with pytest.raises(ConfigError, match="built-in: .*digits-mcu"):
+        load_config("digits-mcx")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        (
+            "space:\n  round_to: 0\n",
+            "space.round_to: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            "space:\n  prune_ratios: [0.5, 1.2]\n",
+            "space.prune_ratios: prune ratios must be in [0, 1), got 1.2",
+        ),
+        ("space:\n  weight_bits: [8, 12]\n", "space.weight_bits: bit widths must be among"),
+        ("space:\n  importance: l7\n", "space.importance"),
+        ("spcae: {}\n", "spcae: unknown field"),
+        ("space:\n  include: ['(']\n", "is not a valid regex"),
+        ("space:\n  ties: {a: '['}\n", "is not a valid regex"),
+        ("[1, 2]\n", "a config must be a mapping"),
+    ],
+    ids=["round_to", "ratio", "bits", "importance", "typo", "regex", "tie-regex", "not-mapping"],
+)
+def test_errors_name_file_field_value(tmp_path, yaml_text: str, needle: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value)
+    assert needle in str(err.value)
+
+
+def test_parse_config_defaults() -> None:
+    config = parse_config({})
+    assert config.task.name == "digits"
+    assert config.space.options().prune_ratios[0] == 0.0
+
+
+def test_cli_space_and_experiments(capsys) -> None:
+    assert main(["experiments", "list"]) == 0
+    assert "digits-mcu" in capsys.readouterr().out
+    assert main(["space", "digits-mcu"]) == 0
+    out = capsys.readouterr().out
+    assert "prune.features.1" in out and "not pruned: classifier" in out
+
+
+def test_cli_plan_exports(tmp_path, capsys) -> None:
+    import json
+
+    assert main(["plan", "digits-cnn", "--seed", "1", "--export", str(tmp_path / "m.onnx")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compressed"]["size_bytes"] <= report["baseline"]["size_bytes"]
+    assert (tmp_path / "m.onnx").exists()
+
+
+def test_cli_reports_config_errors(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("space:\n  round_to: -1\n")
+    assert main(["space", str(bad)]) == 2
+    assert "space.round_to" in capsys.readouterr().err
