@@ -136,7 +136,7 @@ def test_cost_falls_with_ratio_and_bits(name: str) -> None:
         assert s2 < s1 and b2 <= b1
 
 
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "regnet_y_400mf"], ids=str)
+@pytest.mark.parametrize("name", TORCHVISION, ids=str)
 def test_fp32_onnx_matches_torch(name: str, tmp_path) -> None:
     model = torchvision.models.get_model(name, weights=None).eval()
     x = torch.randn(2, 3, 64, 64)
