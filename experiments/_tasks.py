@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from frontier.spaces import Registry
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -65,24 +66,17 @@ class Task(ABC):
 
 
 TaskBuilder = Callable[..., Task]
-_TASKS: dict[str, TaskBuilder] = {}
+_TASKS: Registry[TaskBuilder] = Registry("task")
 
 
 def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
     """Decorator registering a Task subclass (or a builder function) under ``name``."""
-
-    def decorate(builder: TaskBuilder) -> TaskBuilder:
-        if name in _TASKS:
-            raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = builder
-        return builder
-
-    return decorate
+    return _TASKS.register(name)
 
 
 def task_names() -> list[str]:
     """Names of the registered tasks."""
-    return sorted(_TASKS)
+    return _TASKS.names()
 
 
 def build_task(name: str, **options: Any) -> Task:

@@ -82,7 +82,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "accuracy_compressed_no_finetune": evaluate(compressed, test),
     }
     if args.export:
-        result = export_onnx(compressed, plan, example, args.export, calibration_data=calib)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the note below says the same
+            result = export_onnx(compressed, plan, example, args.export, calibration_data=calib)
         report["export"] = {
             "path": str(result.path),
             "precision": result.precision,

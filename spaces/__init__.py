@@ -19,6 +19,7 @@ from ._plan import (
     StudentSpec,
 )
 from ._quant import calibrate, quant_bits
+from ._registry import Registry
 from ._space import (
     Dimension,
     DistillOptions,
@@ -58,6 +59,7 @@ __all__ = [
     "LayerGroup",
     "PlanError",
     "QuantLayer",
+    "Registry",
     "SearchSpace",
     "SkippedGroup",
     "SpaceError",

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ._plan import PlanError, StudentSpec
+from ._registry import Registry
 
 
 class StudentFactory(Protocol):
@@ -23,24 +24,17 @@ class StudentFactory(Protocol):
     ) -> nn.Module: ...
 
 
-_FACTORIES: dict[str, StudentFactory] = {}
+_FACTORIES: Registry[StudentFactory] = Registry("student family")
 
 
 def register_student(family: str) -> Callable[[StudentFactory], StudentFactory]:
     """Decorator registering a student factory under ``family``."""
-
-    def decorate(factory: StudentFactory) -> StudentFactory:
-        if family in _FACTORIES:
-            raise ValueError(f"student family {family!r} is already registered")
-        _FACTORIES[family] = factory
-        return factory
-
-    return decorate
+    return _FACTORIES.register(family)
 
 
 def student_families() -> list[str]:
     """Names of every registered student family."""
-    return sorted(_FACTORIES)
+    return _FACTORIES.names()
 
 
 def build_student(spec: StudentSpec, *, num_classes: int, example_inputs: Any) -> nn.Module:
