@@ -57,11 +57,13 @@ def onnx_module_name(node_name: str) -> str:
     'layer1.0.conv1' (a scope segment repeats its parent's name for container children)."""
     parts = node_name.strip("/").split("/")[:-1]
     names: list[str] = []
+    previous = ""
     for seg in parts:
-        if names and seg.startswith(names[-1] + "."):
-            names.append(seg[len(names[-1]) + 1 :])
+        if previous and seg.startswith(previous + "."):
+            names.append(seg[len(previous) + 1 :])
         else:
             names.append(seg)
+        previous = seg
     return ".".join(names)
 
 

@@ -70,3 +70,32 @@ def test_low_bits_export_fp32_with_metadata(task: DigitsTask, tmp_path) -> None:
     meta = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
     assert CompressionPlan.from_json(meta["frontier.plan"]) == plan
     assert '"' + name + '": [4, 32]' in meta["frontier.simulated_bits"]
+
+
+@pytest.mark.parametrize(
+    ("node", "module"),
+    [
+        ("/fc/Gemm", "fc"),
+        ("/layer1/layer1.0/conv1/Conv", "layer1.0.conv1"),
+        ("/layer2/layer2.0/downsample/downsample.0/Conv", "layer2.0.downsample.0"),
+        ("/features/features.0/features.0.0/Conv", "features.0.0"),
+        ("/features/features.2/conv/conv.1/conv.1.0/Conv", "features.2.conv.1.0"),
+    ],
+    ids=["top", "resnet", "downsample", "nested-sequential", "mobilenet-block"],
+)
+def test_onnx_node_names_map_to_modules(node: str, module: str) -> None:
+    from frontier.spaces._export import onnx_module_name
+
+    assert onnx_module_name(node) == module
+
+
+def test_every_weighted_node_maps_to_a_module(tmp_path) -> None:
+    import torchvision
+
+    model = torchvision.models.mobilenet_v2(num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    result = export_onnx(model, CompressionPlan(), x, tmp_path / "m.onnx")
+    names = {
+        n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)
+    }
+    assert set(result.fp32_layers) == names
