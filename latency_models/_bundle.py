@@ -1,0 +1,222 @@
+"""Op bundles: every operator a space can produce, as small ONNX models in one zip."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+import warnings
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from frontier.spaces import SearchSpace, apply_plan, build_student, export_onnx
+from torch import nn
+
+from ._ops import OpSpec, build_onnx, enumerate_ops, identity_model
+from ._templates import Templates, build_templates
+from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
+
+TEACHER = "teacher"
+
+#: Seeds of the plans whose whole models calibrate a table, and of those that validate it.
+CALIBRATION_SEED0 = 10_000
+VALIDATION_SEED0 = 20_000
+
+
+@dataclass
+class SpaceOps:
+    """The op templates of every architecture of a space, and the ops they produce."""
+
+    templates: dict[str, Templates]
+    ops: list[OpSpec]
+
+    @property
+    def count(self) -> int:
+        return len(self.ops)
+
+
+def space_templates(
+    model: nn.Module, example_inputs: Any, space: SearchSpace
+) -> dict[str, Templates]:
+    """Templates of the model and of each student architecture of ``space``."""
+    out = {TEACHER: build_templates(model, example_inputs, space)}
+    if space.students:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            num_classes = int(model(example_inputs).shape[-1])
+        for spec in space.options.students:
+            student = build_student(spec, num_classes=num_classes, example_inputs=example_inputs)
+            out[spec.key] = build_templates(
+                student.eval(), example_inputs, space.students[spec.key]
+            )
+    return out
+
+
+def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> SpaceOps:
+    """Every distinct operator instance any plan of ``space`` can produce."""
+    templates = space_templates(model, example_inputs, space)
+    seen: dict[str, OpSpec] = {}
+    for key, t in templates.items():
+        sub = space if key == TEACHER else space.students[key]
+        for spec in enumerate_ops(t, sub):
+            seen.setdefault(spec.key, spec)
+    return SpaceOps(templates=templates, ops=list(seen.values()))
+
+
+def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(0)
+    batches = [
+        {
+            f"x{i}": rng.standard_normal(s).astype(np.float32)
+            for i, s in enumerate(spec.input_shapes)
+        }
+        for _ in range(2)
+    ]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        src.write_bytes(model_bytes)
+        quantize_static(
+            str(src),
+            str(dst),
+            Reader(),
+            quant_format=QuantFormat.QOperator,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            activation_type=QuantType.QUInt8,
+        )
+        return dst.read_bytes()
+
+
+def op_model_bytes(spec: OpSpec) -> bytes:
+    """The serialized ONNX model that measures ``spec`` (INT8 through ONNX Runtime)."""
+    data: bytes = build_onnx(spec).SerializeToString()
+    return _int8(data, spec) if spec.precision == "int8" else data
+
+
+def _progress(label: str, done: int, total: int, start: float) -> None:
+    if done == total or done % 25 == 0:
+        rate = done / max(time.perf_counter() - start, 1e-9)
+        print(f"{label}: {done}/{total} ({rate:.1f}/s)", file=sys.stderr)
+
+
+def write_bundle(
+    out: str | Path,
+    *,
+    model: nn.Module,
+    example_inputs: Any,
+    space: SearchSpace,
+    validation: int = 0,
+    calibration: int = 20,
+    calibration_data: Any = None,
+    name: str = "",
+    progress: Callable[[str, int, int, float], None] = _progress,
+) -> dict[str, Any]:
+    """Write the op bundle of ``space`` to ``out`` and return its manifest.
+
+    The bundle holds one model per op instance (FP32, and INT8 where a layer may take 8
+    bits), an identity model for the per-run overhead, ``calibration`` whole compressed
+    models (seeded plans) that calibrate the table's sum against whole-model latency,
+    and ``validation`` more (other seeds) for ``frontier lut validate``.
+
+    FP16 op variants are not written: ONNX Runtime's CPU provider runs few FP16 kernels,
+    and Frontier exports 16-bit layers as FP32 (``export_onnx``).
+    """
+    out = Path(out)
+    found = space_ops(model, example_inputs, space)
+    entries: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("models/overhead.onnx", identity_model().SerializeToString())
+        entries.append(
+            {
+                "id": "overhead",
+                "kind": "overhead",
+                "file": "models/overhead.onnx",
+                "key": "overhead",
+                "op_type": "Identity",
+                "precision": "fp32",
+            }
+        )
+        for i, spec in enumerate(found.ops):
+            file = f"models/op-{i:05d}.onnx"
+            zf.writestr(file, op_model_bytes(spec))
+            entries.append(
+                {
+                    "id": f"op-{i:05d}",
+                    "kind": "op",
+                    "file": file,
+                    "key": spec.key,
+                    "op_type": spec.kind,
+                    "precision": spec.precision,
+                    "spec": spec.to_dict(),
+                }
+            )
+            progress("ops", i + 1, len(found.ops), start)
+        for kind, seed0, count in (
+            ("calibration", CALIBRATION_SEED0, calibration),
+            ("validation", VALIDATION_SEED0, validation),
+        ):
+            start = time.perf_counter()
+            for i in range(count):
+                plan = space.sample(seed0 + i)
+                data = whole_model_bytes(model, plan, example_inputs, calibration_data)
+                file = f"models/{kind}-{i:04d}.onnx"
+                zf.writestr(file, data)
+                entries.append(
+                    {
+                        "id": f"{kind}-{i:04d}",
+                        "kind": kind,
+                        "file": file,
+                        "key": f"{kind}-{seed0 + i}",
+                        "seed": seed0 + i,
+                        "plan": plan.to_dict(),
+                    }
+                )
+                progress(kind, i + 1, count, start)
+        digest = hashlib.sha256(
+            json.dumps([e["key"] for e in entries], sort_keys=True).encode()
+        ).hexdigest()[:16]
+        manifest = {
+            "format": BUNDLE_FORMAT,
+            "version": BUNDLE_VERSION,
+            "bundle_id": digest,
+            "name": name,
+            "batch_size": 1,
+            "op_count": len(found.ops),
+            "models": entries,
+        }
+        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
+    return manifest
+
+
+def whole_model_bytes(
+    model: nn.Module, plan: Any, example_inputs: Any, calibration_data: Any = None
+) -> bytes:
+    """The ONNX file ``export_onnx`` writes for ``plan`` (INT8 where the plan says so)."""
+    compressed = apply_plan(model, plan, example_inputs, calibration_data=calibration_data)
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = Path(tmp) / "m.onnx"
+        export_onnx(compressed, plan, example_inputs, path, calibration_data=calibration_data)
+        return path.read_bytes()

@@ -1,0 +1,287 @@
+"""Operator instances: concrete shapes and precisions of one kernel, keyed by a string.
+
+The same key names an op in the bundle, in the device table and in a prediction, so
+"this op under this plan" is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from frontier.spaces import CompressionPlan, SearchSpace, kept_channels
+
+from ._templates import WEIGHTED, OpTemplate, Templates
+
+PRECISIONS = ("fp32", "int8")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One operator instance: everything needed to build, measure and price it."""
+
+    op_type: str
+    fused: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shape: tuple[int, ...]
+    attrs: tuple[tuple[str, Any], ...]
+    kernel: tuple[int, ...]
+    groups: int
+    precision: str
+    act_attrs: tuple[tuple[str, Any], ...] = ()
+    consts: tuple[tuple[int, tuple[int, ...], tuple[float, ...]], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return "+".join((self.op_type, *self.fused))
+
+    @property
+    def kind(self) -> str:
+        """The op's family, for fallback fitting: conv, dwconv, gconv, linear, or the type."""
+        if self.op_type == "Conv":
+            cin = self.input_shapes[0][1]
+            if self.groups > 1 and self.groups == cin:
+                return "dwconv"
+            return "gconv" if self.groups > 1 else "conv"
+        if self.op_type in ("Gemm", "MatMul"):
+            return "linear"
+        return self.op_type.lower()
+
+    @property
+    def key(self) -> str:
+        shapes = ";".join("x".join(map(str, s)) for s in self.input_shapes)
+        parts = [self.name, f"in={shapes}", "out=" + "x".join(map(str, self.output_shape))]
+        if self.kernel:
+            parts.append("k=" + "x".join(map(str, self.kernel)))
+        for k, v in self.attrs:
+            if k in ("group", "kernel_shape"):
+                continue
+            parts.append(f"{k}={_fmt(v)}")
+        if self.op_type == "Conv":
+            parts.append(f"g={self.groups}")
+        parts.append(self.precision)
+        return "|".join(parts)
+
+    @property
+    def macs(self) -> int:
+        out = math.prod(self.output_shape)
+        if self.op_type == "Conv":
+            cin = self.input_shapes[0][1]
+            return out * (cin // max(self.groups, 1)) * math.prod(self.kernel)
+        if self.op_type in ("Gemm", "MatMul"):
+            return out * self.input_shapes[0][-1]
+        return out
+
+    @property
+    def bytes_moved(self) -> int:
+        """Input, output and weight bytes at this op's precision (activations FP32/INT8)."""
+        per = 1 if self.precision == "int8" else 4
+        acts = sum(math.prod(s) for s in self.input_shapes) + math.prod(self.output_shape)
+        weights = 0
+        if self.op_type == "Conv":
+            cin = self.input_shapes[0][1]
+            weights = self.output_shape[1] * (cin // max(self.groups, 1)) * math.prod(self.kernel)
+        elif self.op_type in ("Gemm", "MatMul"):
+            weights = self.output_shape[-1] * self.input_shapes[0][-1]
+        return per * (acts + weights)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op_type": self.op_type,
+            "fused": list(self.fused),
+            "input_shapes": [list(s) for s in self.input_shapes],
+            "output_shape": list(self.output_shape),
+            "attrs": [[k, _jsonable(v)] for k, v in self.attrs],
+            "kernel": list(self.kernel),
+            "groups": self.groups,
+            "precision": self.precision,
+            "act_attrs": [[k, _jsonable(v)] for k, v in self.act_attrs],
+            "consts": [[p, list(d), list(v)] for p, d, v in self.consts],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OpSpec:
+        return cls(
+            op_type=d["op_type"],
+            fused=tuple(d["fused"]),
+            input_shapes=tuple(tuple(s) for s in d["input_shapes"]),
+            output_shape=tuple(d["output_shape"]),
+            attrs=tuple((k, _untuple(v)) for k, v in d["attrs"]),
+            kernel=tuple(d["kernel"]),
+            groups=int(d["groups"]),
+            precision=d["precision"],
+            act_attrs=tuple((k, _untuple(v)) for k, v in d["act_attrs"]),
+            consts=tuple((p, tuple(dims), tuple(v)) for p, dims, v in d["consts"]),
+        )
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, tuple | list):
+        return "x".join(_fmt(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _jsonable(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _untuple(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def instantiate(t: OpTemplate, keep: dict[str, int], precision: str) -> OpSpec:
+    """The concrete op a template becomes under kept channel counts ``keep``."""
+    return OpSpec(
+        op_type=t.op_type,
+        fused=t.fused,
+        input_shapes=tuple(x.at(keep) for x in t.inputs),
+        output_shape=t.output.at(keep),
+        attrs=t.attrs,
+        kernel=t.weight_kernel,
+        groups=t.groups.value(keep) if t.groups is not None else 1,
+        precision=precision,
+        act_attrs=t.act_attrs,
+        consts=t.consts,
+    )
+
+
+def plan_precision(t: OpTemplate, plan: CompressionPlan) -> str:
+    """INT8 where the plan puts a weighted layer at 8-bit weights and inputs (what
+    ``export_onnx`` runs as INT8); everything else runs in FP32."""
+    int8 = plan.weight_bits.get(t.module) == 8 and plan.act_bits.get(t.module) == 8
+    return "int8" if t.op_type in WEIGHTED and t.module and int8 else "fp32"
+
+
+def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
+    """The ops a model compressed by ``plan`` runs."""
+    keep = templates.keep(plan)
+    return [instantiate(t, keep, plan_precision(t, plan)) for t in templates.ops]
+
+
+def _keep_choices(templates: Templates, space: SearchSpace) -> dict[str, list[int]]:
+    choices: dict[str, list[int]] = {}
+    for name, (ch, step) in templates.group_channels.items():
+        kept = {
+            kept_channels(ch, r, math.lcm(space.options.round_to, step))
+            for r in space.options.prune_ratios
+        }
+        choices[name] = sorted(kept)
+    return choices
+
+
+def _precisions(t: OpTemplate, space: SearchSpace) -> list[str]:
+    if t.op_type not in WEIGHTED:
+        return ["fp32"]
+    layer = next((q for q in space.layers if q.name == t.module), None)
+    if layer is not None and 8 in layer.weight_bits and 8 in layer.act_bits:
+        return ["fp32", "int8"]
+    return ["fp32"]
+
+
+def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
+    """Every distinct op any plan of ``space`` can produce (deduplicated by key)."""
+    choices = _keep_choices(templates, space)
+    seen: set[str] = set()
+    for t in templates.ops:
+        names = t.group_names
+        for combo in itertools.product(*(choices[n] for n in names)):
+            keep = dict(zip(names, combo, strict=True))
+            for precision in _precisions(t, space):
+                spec = instantiate(t, keep, precision)
+                if spec.key not in seen:
+                    seen.add(spec.key)
+                    yield spec
+
+
+def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
+    """A one-kernel FP32 ONNX model of ``spec`` (random weights), as an onnx ModelProto."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits: list[Any] = []
+    nodes: list[Any] = []
+    inputs = [
+        helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, list(s))
+        for i, s in enumerate(spec.input_shapes)
+    ]
+
+    def const(name: str, array: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(array.astype(np.float32), name))
+        return name
+
+    attrs = dict(spec.attrs)
+    main_inputs = ["x0"]
+    if spec.op_type == "Conv":
+        cin = spec.input_shapes[0][1]
+        cout = spec.output_shape[1]
+        w = rng.standard_normal((cout, cin // spec.groups, *spec.kernel)) * 0.1
+        main_inputs += [const("w", w), const("b", rng.standard_normal(cout) * 0.1)]
+        attrs["group"] = spec.groups
+        attrs["kernel_shape"] = list(spec.kernel)
+    elif spec.op_type == "Gemm":
+        fin, fout = spec.input_shapes[0][-1], spec.output_shape[-1]
+        shape = (fout, fin) if attrs.get("transB", 0) else (fin, fout)
+        main_inputs += [
+            const("w", rng.standard_normal(shape) * 0.1),
+            const("b", rng.standard_normal(fout) * 0.1),
+        ]
+    elif spec.op_type == "MatMul":
+        fin, fout = spec.input_shapes[0][-1], spec.output_shape[-1]
+        main_inputs.append(const("w", rng.standard_normal((fin, fout)) * 0.1))
+    else:
+        main_inputs = [f"x{i}" for i in range(len(spec.input_shapes))]
+        for pos, dims, values in spec.consts:
+            name = f"c{pos}"
+            array = np.array(values, dtype=np.float32).reshape(dims)
+            if spec.op_type == "Reshape" and pos == 1:
+                array = np.array(spec.output_shape, dtype=np.int64)
+                inits.append(numpy_helper.from_array(array, name))
+            elif spec.op_type in ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Expand", "Tile"):
+                inits.append(numpy_helper.from_array(array.astype(np.int64), name))
+            else:
+                const(name, array)
+            while len(main_inputs) < pos:
+                main_inputs.append("")
+            main_inputs.insert(pos, name)
+    out = "y"
+    current = "t0" if spec.fused else out
+    nodes.append(helper.make_node(spec.op_type, main_inputs, [current], name="op", **attrs))
+    for i, f in enumerate(spec.fused):
+        nxt = out if i == len(spec.fused) - 1 else f"t{i + 1}"
+        if f == "Add":
+            nodes.append(helper.make_node("Add", [current, "x1"], [nxt], name="add"))
+        elif f == "Clip":
+            act = dict(spec.act_attrs)
+            bounds = [
+                const("clip_min", np.array(act.get("min", 0.0))),
+                const("clip_max", np.array(act.get("max", 6.0))),
+            ]
+            nodes.append(helper.make_node("Clip", [current, *bounds], [nxt], name="act"))
+        else:
+            nodes.append(helper.make_node(f, [current], [nxt], name="act", **dict(spec.act_attrs)))
+        current = nxt
+    output = helper.make_tensor_value_info(out, TensorProto.FLOAT, list(spec.output_shape))
+    graph = helper.make_graph(nodes, "op", inputs, [output], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def identity_model(opset: int = 17) -> Any:
+    """A model that copies a 1-element tensor: its latency is the per-run overhead."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x0"], ["y"])], "identity", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model

@@ -1,0 +1,297 @@
+"""Device tables: measured per-op latencies with device metadata, and the device store.
+
+A table is plain CSV (one row per measured model, the runner's columns, optionally an
+``energy_mj`` column) plus JSON metadata, so people can read and diff them. The store is
+a directory per device under ``$FRONTIER_DATA_DIR`` (default ``~/.local/share/frontier``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .runner import BUNDLE_VERSION, COLUMNS
+
+REQUIRED = ("model_id", "kind", "key", "status", "median_ms")
+KINDS = ("overhead", "op", "calibration", "validation")
+
+
+class TableError(ValueError):
+    """A device table breaks a rule; the message names the file and the rows."""
+
+
+def data_dir() -> Path:
+    """Frontier's data directory: ``$FRONTIER_DATA_DIR`` or ``~/.local/share/frontier``."""
+    env = os.environ.get("FRONTIER_DATA_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "frontier"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured model."""
+
+    model_id: str
+    kind: str
+    key: str
+    op_type: str
+    precision: str
+    status: str
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+    energy_mj: float | None = None
+
+
+@dataclass
+class DeviceTable:
+    """Per-op latencies of one device. Build with ``read_table`` or ``DeviceStore.load``."""
+
+    name: str
+    meta: dict[str, Any]
+    rows: list[Row]
+    path: Path | None = None
+    _by_key: dict[str, Row] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_key = {r.key: r for r in self.rows}
+
+    def get(self, key: str) -> Row | None:
+        return self._by_key.get(key)
+
+    @property
+    def overhead_ms(self) -> float:
+        """Per-run session overhead (the identity model's median), or 0 if unmeasured."""
+        row = self._by_key.get("overhead")
+        return row.median_ms if row is not None and row.status == "ok" else 0.0
+
+    def ops(self) -> list[Row]:
+        return [r for r in self.rows if r.kind == "op"]
+
+    def whole_models(self, kind: str) -> list[Row]:
+        return [r for r in self.rows if r.kind == kind and r.status == "ok"]
+
+    @property
+    def unsupported_types(self) -> set[str]:
+        """Op types the device cannot run: from metadata, or every row of the type failed."""
+        declared = set(self.meta.get("unsupported_ops", []))
+        by_type: dict[str, list[str]] = {}
+        for r in self.ops():
+            by_type.setdefault(r.op_type, []).append(r.status)
+        failed = {t for t, st in by_type.items() if st and all(s != "ok" for s in st)}
+        return declared | failed
+
+    @property
+    def active_power_w(self) -> float | None:
+        value = self.meta.get("active_power_w")
+        return float(value) if value is not None else None
+
+    @property
+    def content_hash(self) -> str:
+        text = "\n".join(f"{r.key},{r.status},{r.median_ms}" for r in self.rows)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def summary(self) -> dict[str, Any]:
+        ops = self.ops()
+        by_type: dict[str, int] = {}
+        for r in ops:
+            by_type[r.op_type] = by_type.get(r.op_type, 0) + 1
+        return {
+            "name": self.name,
+            "device": self.meta.get("device"),
+            "cpu": self.meta.get("cpu"),
+            "provider": self.meta.get("provider"),
+            "threads": self.meta.get("threads"),
+            "onnxruntime": self.meta.get("onnxruntime"),
+            "date": self.meta.get("date"),
+            "ops": len(ops),
+            "ops_ok": sum(r.status == "ok" for r in ops),
+            "ops_by_type": dict(sorted(by_type.items())),
+            "unsupported_types": sorted(self.unsupported_types),
+            "overhead_ms": self.overhead_ms,
+            "calibration_models": len(self.whole_models("calibration")),
+            "validation_models": len(self.whole_models("validation")),
+            "energy_column": any(r.energy_mj is not None for r in self.rows),
+            "active_power_w": self.active_power_w,
+            "content_hash": self.content_hash,
+        }
+
+
+def _float(text: str) -> float:
+    return float(text) if text not in ("", None) else math.nan
+
+
+def read_table(path: str | Path, *, name: str | None = None) -> DeviceTable:
+    """Read and validate a measured table (CSV plus ``.meta.json`` beside it).
+
+    Rejects missing columns, unknown kinds, non-finite or non-positive latencies of
+    measured rows, duplicate keys and a bundle version this Frontier cannot read; every
+    bad row is named by its line number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TableError(f"{path}: no such file")
+    meta_path = Path(str(path) + ".meta.json")
+    meta: dict[str, Any] = {}
+    if meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as err:
+            raise TableError(f"{meta_path}: not valid JSON ({err})") from err
+    version = meta.get("bundle_version", BUNDLE_VERSION)
+    if version != BUNDLE_VERSION:
+        raise TableError(
+            f"{meta_path}: bundle_version {version!r}; this Frontier reads {BUNDLE_VERSION}"
+        )
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise TableError(f"{path}: missing required column(s) {missing}; header is {header}")
+        rows: list[Row] = []
+        problems: list[str] = []
+        seen: dict[str, int] = {}
+        for line, raw in enumerate(reader, start=2):
+            key = (raw.get("key") or "").strip()
+            kind = (raw.get("kind") or "").strip()
+            status = (raw.get("status") or "").strip()
+            median = _float(raw.get("median_ms", ""))
+            energy_text = (raw.get("energy_mj") or "").strip()
+            if not key:
+                problems.append(f"row {line}: empty key")
+                continue
+            if key in seen:
+                problems.append(f"row {line}: duplicate key {key!r} (first at row {seen[key]})")
+                continue
+            seen[key] = line
+            if kind not in KINDS:
+                problems.append(f"row {line}: kind must be one of {list(KINDS)}, got {kind!r}")
+                continue
+            if status not in ("ok", "unsupported"):
+                problems.append(f"row {line}: status must be ok or unsupported, got {status!r}")
+                continue
+            if status == "ok" and not (math.isfinite(median) and median > 0):
+                problems.append(f"row {line}: median_ms must be finite and > 0, got {median!r}")
+                continue
+            energy = None
+            if energy_text:
+                energy = _float(energy_text)
+                if not (math.isfinite(energy) and energy >= 0):
+                    problems.append(
+                        f"row {line}: energy_mj must be finite and >= 0, got {energy!r}"
+                    )
+                    continue
+            rows.append(
+                Row(
+                    model_id=raw.get("model_id", ""),
+                    kind=kind,
+                    key=key,
+                    op_type=raw.get("op_type", ""),
+                    precision=raw.get("precision", ""),
+                    status=status,
+                    median_ms=median,
+                    p10_ms=_float(raw.get("p10_ms", "")),
+                    p90_ms=_float(raw.get("p90_ms", "")),
+                    runs=int(float(raw.get("runs") or 0)),
+                    energy_mj=energy,
+                )
+            )
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise TableError(f"{path}: {len(problems)} bad row(s):\n  {shown}{more}")
+    return DeviceTable(
+        name=name or meta.get("device") or path.stem, meta=meta, rows=rows, path=path
+    )
+
+
+class DeviceStore:
+    """Device tables by name, as ``ROOT/devices/NAME/table.csv`` + ``table.csv.meta.json``."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else data_dir()
+
+    def _dir(self, name: str) -> Path:
+        if not name or "/" in name or name.startswith("."):
+            raise TableError(f"device name must be a plain name, got {name!r}")
+        return self.root / "devices" / name
+
+    def names(self) -> list[str]:
+        base = self.root / "devices"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if (p / "table.csv").exists())
+
+    def has(self, name: str) -> bool:
+        return (self._dir(name) / "table.csv").exists()
+
+    def load(self, name: str) -> DeviceTable:
+        path = self._dir(name) / "table.csv"
+        if not path.exists():
+            raise TableError(
+                f"no device table named {name!r} in {self.root}; known: {self.names() or 'none'}"
+                " (import one with `frontier lut import`)"
+            )
+        return read_table(path, name=name)
+
+    def import_table(
+        self,
+        path: str | Path,
+        *,
+        name: str,
+        meta: dict[str, Any] | None = None,
+        merge: bool = False,
+    ) -> DeviceTable:
+        """Validate ``path`` and store it as ``name``; ``merge`` adds new keys to a stored table."""
+        table = read_table(path, name=name)
+        merged_meta = {**table.meta, **(meta or {}), "device": name}
+        rows = table.rows
+        if merge and self.has(name):
+            old = self.load(name)
+            new_keys = {r.key for r in rows}
+            rows = [r for r in old.rows if r.key not in new_keys] + rows
+            merged_meta = {**old.meta, **merged_meta}
+        target = self._dir(name)
+        target.mkdir(parents=True, exist_ok=True)
+        tmp = target / "table.csv.tmp"
+        write_rows(tmp, rows)
+        shutil.move(str(tmp), target / "table.csv")
+        (target / "table.csv.meta.json").write_text(
+            json.dumps(merged_meta, indent=2, sort_keys=True)
+        )
+        return self.load(name)
+
+
+def write_rows(path: Path, rows: list[Row]) -> None:
+    columns = [*COLUMNS, "energy_mj"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(
+                {
+                    "model_id": r.model_id,
+                    "kind": r.kind,
+                    "key": r.key,
+                    "op_type": r.op_type,
+                    "precision": r.precision,
+                    "status": r.status,
+                    "median_ms": "" if math.isnan(r.median_ms) else f"{r.median_ms:.6g}",
+                    "p10_ms": "" if math.isnan(r.p10_ms) else f"{r.p10_ms:.6g}",
+                    "p90_ms": "" if math.isnan(r.p90_ms) else f"{r.p90_ms:.6g}",
+                    "runs": r.runs,
+                    "error": "",
+                    "energy_mj": "" if r.energy_mj is None else f"{r.energy_mj:.6g}",
+                }
+            )

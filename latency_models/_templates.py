@@ -1,0 +1,282 @@
+"""From a model to the operators ONNX Runtime runs, as functions of a plan's channel counts.
+
+The uncompressed model is exported to ONNX once. Its graph is cut into *op templates*
+the way ONNX Runtime's CPU provider fuses it: a Conv/Gemm with the residual Add and the
+activation that follow it is one kernel; other nodes (pooling, concat, SE multiplies)
+are their own. Each tensor's channel count is an affine expression of the kept channel
+counts of the space's groups, so the shapes of every op under any plan follow without
+touching the model again: predicting a plan's latency is arithmetic plus table lookups.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from frontier.spaces import CompressionPlan, SearchSpace, kept_channels
+from frontier.spaces._export import onnx_module_name
+
+#: Activations ONNX Runtime fuses into the convolution or GEMM before them.
+FUSED_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh"}
+WEIGHTED = {"Conv", "Gemm", "MatMul"}
+_SKIP = {"Identity", "Constant", "Shape", "Gather", "Unsqueeze", "Dropout"}
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An affine channel count: sum of multiplier x kept channels of a group, plus const."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of_group(name: str) -> Expr:
+        return Expr(((name, 1),), 0)
+
+    def __add__(self, other: Expr) -> Expr:
+        merged: dict[str, int] = dict(self.terms)
+        for g, m in other.terms:
+            merged[g] = merged.get(g, 0) + m
+        return Expr(tuple(sorted(merged.items())), self.const + other.const)
+
+    def scale(self, k: int) -> Expr:
+        return Expr(tuple((g, m * k) for g, m in self.terms), self.const * k)
+
+    def value(self, keep: Mapping[str, int]) -> int:
+        return self.const + sum(m * keep[g] for g, m in self.terms)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(g for g, _ in self.terms)
+
+
+@dataclass(frozen=True)
+class TensorT:
+    """A tensor's shape with its channel (dim 1) dimension as an expression."""
+
+    shape: tuple[int, ...]
+    channels: Expr
+
+    def at(self, keep: Mapping[str, int]) -> tuple[int, ...]:
+        if len(self.shape) < 2:
+            return self.shape
+        return (self.shape[0], self.channels.value(keep), *self.shape[2:])
+
+
+@dataclass(frozen=True)
+class OpTemplate:
+    """One kernel of the runtime's graph, shapes as functions of the plan."""
+
+    op_type: str  # Conv, Gemm, MatMul, MaxPool, Add, Concat, ...
+    inputs: tuple[TensorT, ...]
+    output: TensorT
+    attrs: tuple[tuple[str, Any], ...] = ()
+    module: str = ""  # the torch module of a weighted op
+    weight_kernel: tuple[int, ...] = ()  # spatial kernel of a conv
+    groups: Expr | None = None  # conv groups (depthwise convs follow their channels)
+    fused: tuple[str, ...] = ()  # "Add" and/or an activation fused into a weighted op
+    act_attrs: tuple[tuple[str, Any], ...] = ()
+    consts: tuple[tuple[int, tuple[int, ...], tuple[float, ...]], ...] = ()  # (pos, dims, values)
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        names: set[str] = set(self.output.channels.groups)
+        for t in self.inputs:
+            names.update(t.channels.groups)
+        return tuple(sorted(names))
+
+
+@dataclass
+class Templates:
+    """All op templates of one architecture, and the groups that drive them."""
+
+    ops: list[OpTemplate]
+    group_channels: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (ch, step)
+
+    def keep(self, plan: CompressionPlan) -> dict[str, int]:
+        """Kept channels of every group under ``plan`` (exactly as ``apply_plan`` keeps them)."""
+        return {
+            name: kept_channels(ch, plan.prune.get(name, 0.0), math.lcm(plan.round_to, step))
+            for name, (ch, step) in self.group_channels.items()
+        }
+
+
+def _attr_value(attr: Any) -> Any:
+    import onnx
+
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _shape(value_info: Any) -> tuple[int, ...]:
+    dims = value_info.type.tensor_type.shape.dim
+    return tuple(int(d.dim_value) if d.dim_value > 0 else 1 for d in dims)
+
+
+def build_templates(model: Any, example_inputs: Any, space: SearchSpace) -> Templates:
+    """Export ``model`` (uncompressed, batch 1) and cut its graph into op templates."""
+    import onnx
+    from frontier.spaces import CompressionPlan, export_onnx
+    from onnx import shape_inference
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        export_onnx(model, CompressionPlan(), example_inputs, path)
+        proto = shape_inference.infer_shapes(onnx.load(str(path)))
+    return templates_from_onnx(proto, space)
+
+
+def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
+    """Op templates of an ONNX graph exported from the model ``space`` was discovered on."""
+    from onnx import numpy_helper
+
+    graph = proto.graph
+    inits = {i.name: tuple(i.dims) for i in graph.initializer}
+    values: dict[str, Any] = {
+        i.name: numpy_helper.to_array(i) for i in graph.initializer if math.prod(i.dims) <= 64
+    }
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input[0] in inits:  # aliased weights
+            inits[node.output[0]] = inits[node.input[0]]
+            if node.input[0] in values:
+                values[node.output[0]] = values[node.input[0]]
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(a.t)
+                    inits[node.output[0]] = tuple(a.t.dims)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        shapes[vi.name] = _shape(vi)
+    member_of = {m: g.name for g in space.groups for m in g.members}
+    exprs: dict[str, Expr] = {}
+    for vi in graph.input:
+        if vi.name not in inits:
+            s = shapes[vi.name]
+            exprs[vi.name] = Expr((), s[1] if len(s) > 1 else s[0])
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def tensor(name: str) -> TensorT:
+        shape = shapes.get(name, inits.get(name, ()))
+        ch = exprs.get(name)
+        if ch is None:
+            ch = Expr((), shape[1] if len(shape) > 1 else (shape[0] if shape else 1))
+        return TensorT(shape, ch)
+
+    ops: list[OpTemplate] = []
+    absorbed: set[str] = set()
+    for node in graph.node:
+        if node.name in absorbed:
+            continue
+        attrs = tuple(sorted((a.name, _attr_value(a)) for a in node.attribute))
+        data_inputs = [i for i in node.input if i and i not in inits]
+        if node.op_type in _SKIP or not data_inputs:
+            for out in node.output:
+                if data_inputs and data_inputs[0] in exprs:
+                    exprs[out] = exprs[data_inputs[0]]
+            continue
+        first = data_inputs[0]
+        in_t = tensor(first)
+        out_name = node.output[0]
+        out_shape = shapes.get(out_name, ())
+        groups: Expr | None = None
+        kernel: tuple[int, ...] = ()
+        module = ""
+        if node.op_type in WEIGHTED:
+            module = onnx_module_name(node.name)
+            weight = inits.get(node.input[1], ())
+            if node.op_type == "Conv":
+                g = int(dict(attrs).get("group", 1))
+                kernel = tuple(weight[2:])
+                if g > 1 and weight[1] == 1 and weight[0] == g:
+                    out_expr, groups = in_t.channels, in_t.channels  # depthwise
+                else:
+                    out_expr = (
+                        Expr.of_group(member_of[module])
+                        if module in member_of
+                        else (Expr((), weight[0]))
+                    )
+                    groups = Expr((), g)
+            else:
+                out_features = out_shape[-1] if out_shape else weight[0]
+                out_expr = (
+                    Expr.of_group(member_of[module])
+                    if module in member_of
+                    else Expr((), out_features)
+                )
+        elif node.op_type == "Concat":
+            out_expr = Expr()
+            for name in data_inputs:
+                out_expr = out_expr + tensor(name).channels
+        elif node.op_type in ("Flatten", "Reshape") and len(out_shape) == 2 and len(in_t.shape) > 2:
+            out_expr = in_t.channels.scale(math.prod(in_t.shape[2:]))
+        elif node.op_type == "Reshape":
+            out_expr = Expr((), out_shape[1] if len(out_shape) > 1 else 1)
+        else:
+            out_expr = in_t.channels
+        exprs[out_name] = out_expr
+        inputs = [tensor(name) for name in data_inputs]
+        consts = tuple(
+            (pos, tuple(inits[name]), tuple(float(v) for v in values[name].ravel()))
+            for pos, name in enumerate(node.input)
+            if node.op_type not in WEIGHTED and name in values
+        )
+        fused: list[str] = []
+        act_attrs: tuple[tuple[str, Any], ...] = ()
+        if node.op_type in WEIGHTED:
+            # Follow the runtime's fusion: [residual Add] then [activation].
+            current = out_name
+            for _ in range(2):
+                users = consumers.get(current, [])
+                if len(users) != 1:
+                    break
+                nxt = users[0]
+                if nxt.op_type == "Add" and "Add" not in fused and not fused:
+                    other = [i for i in nxt.input if i != current]
+                    if len(other) != 1 or other[0] in inits:
+                        break
+                    inputs.append(tensor(other[0]))
+                elif nxt.op_type in FUSED_ACTIVATIONS and not any(
+                    f in FUSED_ACTIVATIONS for f in fused
+                ):
+                    act_attrs = tuple(sorted((a.name, _attr_value(a)) for a in nxt.attribute))
+                    if nxt.op_type == "Clip":  # bounds are constant inputs in opset >= 11
+                        bounds = [float(values[i]) if i in values else None for i in nxt.input[1:3]]
+                        act_attrs = tuple(
+                            (k, v)
+                            for k, v in zip(("min", "max"), bounds, strict=False)
+                            if v is not None
+                        )
+                else:
+                    break
+                fused.append(nxt.op_type)
+                absorbed.add(nxt.name)
+                exprs[nxt.output[0]] = out_expr
+                current = nxt.output[0]
+        ops.append(
+            OpTemplate(
+                op_type=node.op_type,
+                inputs=tuple(inputs),
+                output=TensorT(out_shape, out_expr),
+                attrs=attrs,
+                module=module,
+                weight_kernel=kernel,
+                groups=groups,
+                fused=tuple(fused),
+                act_attrs=act_attrs,
+                consts=consts,
+            )
+        )
+    group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups}
+    return Templates(ops=ops, group_channels=group_channels)

@@ -1,0 +1,271 @@
+"""The device runner: measures every model of an op bundle with ONNX Runtime.
+
+This file imports only onnxruntime, numpy and the standard library, so it runs on a
+Raspberry Pi or a Jetson after ``pip install onnxruntime numpy`` with this one file
+copied over::
+
+    python runner.py ops.zip --device pi4 --out pi4.csv
+
+(or ``python -m frontier.latency_models.runner`` / ``frontier lut measure`` where
+Frontier is installed). Rerunning with the same ``--out`` skips what the file holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+BUNDLE_FORMAT = "frontier-op-bundle"
+BUNDLE_VERSION = 1
+COLUMNS = [
+    "model_id",
+    "kind",
+    "key",
+    "op_type",
+    "precision",
+    "status",
+    "median_ms",
+    "p10_ms",
+    "p90_ms",
+    "runs",
+    "error",
+]
+
+
+def cpu_model() -> str:
+    """The CPU's model name, as the OS reports it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def time_session(
+    run: Any,
+    *,
+    min_runs: int = 10,
+    max_runs: int = 2000,
+    warmup_s: float = 0.02,
+    time_cap_s: float = 0.5,
+    rel_ci: float = 0.02,
+) -> dict[str, float]:
+    """Time ``run()`` until the 95% CI of the median is within ``rel_ci`` or the cap.
+
+    The CI of the median comes from order statistics (ranks n/2 -/+ 0.98 sqrt(n)).
+    """
+    start = time.perf_counter()
+    while time.perf_counter() - start < warmup_s:
+        run()
+    times: list[float] = []
+    t_begin = time.perf_counter()
+    while len(times) < max_runs:
+        t0 = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t0) * 1000.0)
+        n = len(times)
+        if n >= min_runs and (n % 5 == 0 or time.perf_counter() - t_begin > time_cap_s):
+            s = sorted(times)
+            half = 0.98 * n**0.5
+            lo = s[max(0, int(n / 2 - half))]
+            hi = s[min(n - 1, int(n / 2 + half))]
+            med = statistics.median(s)
+            if (hi - lo) <= rel_ci * med or time.perf_counter() - t_begin > time_cap_s:
+                break
+    s = sorted(times)
+    return {
+        "median_ms": statistics.median(s),
+        "p10_ms": _quantile(s, 0.1),
+        "p90_ms": _quantile(s, 0.9),
+        "runs": float(len(s)),
+    }
+
+
+def read_manifest(bundle: Path) -> dict[str, Any]:
+    """The bundle's manifest, checked for format and version."""
+    with zipfile.ZipFile(bundle) as zf:
+        manifest: dict[str, Any] = json.loads(zf.read("manifest.json"))
+    if manifest.get("format") != BUNDLE_FORMAT:
+        raise ValueError(f"{bundle}: not a Frontier op bundle (format {manifest.get('format')!r})")
+    if manifest.get("version") != BUNDLE_VERSION:
+        raise ValueError(
+            f"{bundle}: bundle version {manifest.get('version')!r}; "
+            f"this runner reads version {BUNDLE_VERSION}"
+        )
+    return manifest
+
+
+def _done_ids(out: Path) -> set[str]:
+    if not out.exists():
+        return set()
+    with out.open(newline="") as f:
+        return {row["model_id"] for row in csv.DictReader(f) if row.get("model_id")}
+
+
+def _progress(done: int, total: int, start: float, label: str) -> None:
+    if not sys.stderr.isatty() and done not in (total,) and done % 50:
+        return
+    width = 30
+    frac = done / max(total, 1)
+    eta = (time.perf_counter() - start) / max(frac, 1e-9) * (1 - frac) if done else 0.0
+    bar = "#" * int(width * frac) + "-" * (width - int(width * frac))
+    end = "\n" if done == total or not sys.stderr.isatty() else "\r"
+    print(f"[{bar}] {done}/{total} eta {eta:5.0f}s {label[:40]:<40}", end=end, file=sys.stderr)
+
+
+def measure_bundle(
+    bundle: str | Path,
+    out: str | Path,
+    *,
+    device: str,
+    provider: str = "CPUExecutionProvider",
+    threads: int = 1,
+    batch_size: int = 1,
+    time_cap_s: float = 0.5,
+    kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation"),
+) -> Path:
+    """Measure every model of ``bundle`` and append rows to the CSV ``out``.
+
+    Writes ``out`` (one row per model) and ``out`` + ``.meta.json`` (device metadata).
+    Models already in ``out`` are skipped, so an interrupted run resumes.
+
+    Args:
+        bundle: the ``.zip`` written by ``frontier lut ops``.
+        out: the CSV to write.
+        device: the device's name, as the user calls it (``pi4``, ``local-cpu``).
+        provider: the ONNX Runtime execution provider.
+        threads: intra-op threads.
+        batch_size: the batch fed to models with a dynamic batch dimension (the
+            validation models); op models are built at the bundle's batch size.
+        time_cap_s: the most time spent timing one model.
+        kinds: which kinds of model to measure.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    bundle, out = Path(bundle), Path(out)
+    manifest = read_manifest(bundle)
+    if provider not in ort.get_available_providers():
+        raise ValueError(
+            f"provider {provider!r} is not available; available: {ort.get_available_providers()}"
+        )
+    meta = {
+        "device": device,
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "batch_size": batch_size,
+        "onnxruntime": ort.__version__,
+        "provider": provider,
+        "os": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "bundle_version": manifest["version"],
+        "bundle_id": manifest.get("bundle_id", ""),
+        "time_cap_s": time_cap_s,
+    }
+    meta_path = Path(str(out) + ".meta.json")
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        if old.get("bundle_id") != meta["bundle_id"]:
+            raise ValueError(f"{out} holds measurements of another bundle; choose another --out")
+        meta = {**old, "date": meta["date"]}
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    done = _done_ids(out)
+    todo = [m for m in manifest["models"] if m["kind"] in kinds and m["id"] not in done]
+    new_file = not out.exists()
+    rng = np.random.default_rng(0)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    start = time.perf_counter()
+    with zipfile.ZipFile(bundle) as zf, out.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new_file:
+            writer.writeheader()
+        for i, entry in enumerate(todo):
+            row: dict[str, Any] = {
+                "model_id": entry["id"],
+                "kind": entry["kind"],
+                "key": entry.get("key", entry["id"]),
+                "op_type": entry.get("op_type", ""),
+                "precision": entry.get("precision", ""),
+            }
+            try:
+                sess = ort.InferenceSession(zf.read(entry["file"]), so, providers=[provider])
+                feeds = {
+                    inp.name: rng.standard_normal(
+                        [d if isinstance(d, int) else batch_size for d in inp.shape]
+                    ).astype(np.float32)
+                    for inp in sess.get_inputs()
+                }
+                stats = time_session(
+                    lambda s=sess, fd=feeds: s.run(None, fd), time_cap_s=time_cap_s
+                )
+                row.update({k: f"{v:.6g}" for k, v in stats.items()}, status="ok", error="")
+                row["runs"] = int(stats["runs"])
+            except Exception as err:  # the provider cannot run it: record, don't crash
+                msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                row.update(
+                    status="unsupported", median_ms="", p10_ms="", p90_ms="", runs=0, error=msg
+                )
+            writer.writerow(row)
+            f.flush()
+            _progress(i + 1, len(todo), start, row["key"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="frontier-runner", description="Measure a Frontier op bundle on this device."
+    )
+    parser.add_argument("bundle", help="the ops.zip bundle")
+    parser.add_argument("--device", required=True, help="a name for this device, e.g. pi4")
+    parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
+    parser.add_argument("--provider", default="CPUExecutionProvider")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--time-cap", type=float, default=0.5, help="seconds per model")
+    args = parser.parse_args(argv)
+    try:
+        measure_bundle(
+            args.bundle,
+            args.out,
+            device=args.device,
+            provider=args.provider,
+            threads=args.threads,
+            batch_size=args.batch_size,
+            time_cap_s=args.time_cap,
+        )
+    except (ValueError, OSError, zipfile.BadZipFile, KeyError) as err:
+        print(f"runner: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
