@@ -162,6 +162,37 @@ def export_onnx(
     )
 
 
+def _inline_identity_initializers(proto: Any) -> Any:
+    """Point consumers of ``Identity(initializer)`` at the initializer itself.
+
+    The TorchScript exporter shares equal constants (the BN-folded biases of freshly
+    initialised layers, say) through Identity nodes; ONNX Runtime's quantizer looks a
+    bias up among the initializers by name and fails on such an alias.
+    """
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in proto.graph.initializer}
+    alias = {
+        n.output[0]: n.input[0]
+        for n in proto.graph.node
+        if n.op_type == "Identity" and n.input[0] in inits
+    }
+    if not alias:
+        return proto
+    for node in proto.graph.node:
+        for i, name in enumerate(node.input):
+            if name in alias:
+                # each consumer gets its own copy, as quantization rewrites initializers
+                copy_name = f"{name}__{node.name or i}"
+                array = numpy_helper.to_array(inits[alias[name]])
+                proto.graph.initializer.append(numpy_helper.from_array(array, copy_name))
+                node.input[i] = copy_name
+    keep = [n for n in proto.graph.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+    del proto.graph.node[:]
+    proto.graph.node.extend(keep)
+    return proto
+
+
 def _quantize_int8(
     fp32_path: Path,
     out_path: Path,
@@ -178,7 +209,8 @@ def _quantize_int8(
         quantize_static,
     )
 
-    proto = onnx.load(str(fp32_path))
+    proto = _inline_identity_initializers(onnx.load(str(fp32_path)))
+    onnx.save(proto, str(fp32_path))
     wanted = set(int8_layers)
     exclude = [
         n.name

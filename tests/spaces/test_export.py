@@ -99,3 +99,17 @@ def test_every_weighted_node_maps_to_a_module(tmp_path) -> None:
         n for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)
     }
     assert set(result.fp32_layers) == names
+
+
+def test_int8_export_of_shared_constants(tmp_path) -> None:
+    """Freshly initialised BN layers fold to equal biases that the exporter shares
+    through Identity nodes; INT8 quantization must still find each bias."""
+    import torchvision
+
+    model = torchvision.models.mobilenet_v2(num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    names = [q.name for q in discover(model, x).layers][:12]
+    plan = CompressionPlan(weight_bits=dict.fromkeys(names, 8), act_bits=dict.fromkeys(names, 8))
+    result = export_onnx(apply_plan(model, plan, x), plan, x, tmp_path / "q.onnx")
+    assert result.precision == "int8" and len(result.int8_layers) == 12
+    assert _onnx_top1(result.path, x).shape == (1,)
