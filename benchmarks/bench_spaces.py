@@ -13,6 +13,7 @@ import warnings
 
 import torch
 import torchvision
+
 from frontier.spaces import SpaceOptions, apply_plan, discover, model_cost
 
 

@@ -12,8 +12,9 @@ import warnings
 
 import torch
 import torchvision.models as tvm
-from frontier.spaces import CompressionPlan, model_cost
 from torchvision.models import get_model, get_model_weights, list_models
+
+from frontier.spaces import CompressionPlan, model_cost
 
 FAMILIES = (
     "resnet",

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
 
 from ._tasks import Loaders, Task, TaskError, register_task
 

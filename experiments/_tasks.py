@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from frontier.spaces import Registry
 from torch import nn
 from torch.utils.data import DataLoader
+
+from frontier.spaces import Registry
 
 
 class TaskError(ValueError):

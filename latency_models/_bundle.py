@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from frontier.spaces import SearchSpace, apply_plan, build_student, export_onnx
 from torch import nn
 
-from ._ops import OpSpec, build_onnx, enumerate_ops, identity_model
+from frontier.spaces import SearchSpace, apply_plan, build_student, export_onnx
+
+from ._ops import OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
 from ._templates import Templates, build_templates
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
@@ -173,6 +174,9 @@ def write_bundle(
                 }
             )
             progress("ops", i + 1, len(found.ops), start)
+        digest = hashlib.sha256(
+            json.dumps([name, *(spec.key for spec in found.ops)]).encode()
+        ).hexdigest()[:16]
         for kind, seed0, count in (
             ("calibration", CALIBRATION_SEED0, calibration),
             ("validation", VALIDATION_SEED0, validation),
@@ -183,20 +187,19 @@ def write_bundle(
                 data = whole_model_bytes(model, plan, example_inputs, calibration_data)
                 file = f"models/{kind}-{i:04d}.onnx"
                 zf.writestr(file, data)
+                arch = plan.student.key if plan.student is not None else TEACHER
                 entries.append(
                     {
                         "id": f"{kind}-{i:04d}",
                         "kind": kind,
                         "file": file,
-                        "key": f"{kind}-{seed0 + i}",
+                        "key": f"{kind}-{digest}-{seed0 + i}",
                         "seed": seed0 + i,
                         "plan": plan.to_dict(),
+                        "op_keys": [o.key for o in plan_ops(found.templates[arch], plan)],
                     }
                 )
                 progress(kind, i + 1, count, start)
-        digest = hashlib.sha256(
-            json.dumps([e["key"] for e in entries], sort_keys=True).encode()
-        ).hexdigest()[:16]
         manifest = {
             "format": BUNDLE_FORMAT,
             "version": BUNDLE_VERSION,

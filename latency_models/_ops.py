@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from frontier.spaces import CompressionPlan, SearchSpace, kept_channels
 
 from ._templates import WEIGHTED, OpTemplate, Templates

@@ -61,6 +61,8 @@ class DeviceTable:
     meta: dict[str, Any]
     rows: list[Row]
     path: Path | None = None
+    #: the bundle manifest entries behind the rows (op specs, whole-model plans), by key
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_key: dict[str, Row] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -243,7 +245,11 @@ class DeviceStore:
                 f"no device table named {name!r} in {self.root}; known: {self.names() or 'none'}"
                 " (import one with `frontier lut import`)"
             )
-        return read_table(path, name=name)
+        table = read_table(path, name=name)
+        for file in sorted((path.parent / "bundles").glob("*.json")):
+            for entry in json.loads(file.read_text()):
+                table.models[entry["key"]] = entry
+        return table
 
     def import_table(
         self,
@@ -251,9 +257,19 @@ class DeviceStore:
         *,
         name: str,
         meta: dict[str, Any] | None = None,
+        manifest: dict[str, Any] | None = None,
         merge: bool = False,
     ) -> DeviceTable:
-        """Validate ``path`` and store it as ``name``; ``merge`` adds new keys to a stored table."""
+        """Validate ``path`` and store it as ``name``.
+
+        Args:
+            path: the measured CSV (its ``.meta.json`` beside it).
+            name: the device name to store it under.
+            meta: metadata to add (e.g. ``active_power_w``, ``transfer_gbps``).
+            manifest: the bundle's manifest; its whole-model entries let the table
+                calibrate predictions against whole-model latency.
+            merge: keep a stored table's rows that ``path`` does not replace.
+        """
         table = read_table(path, name=name)
         merged_meta = {**table.meta, **(meta or {}), "device": name}
         rows = table.rows
@@ -270,6 +286,17 @@ class DeviceStore:
         (target / "table.csv.meta.json").write_text(
             json.dumps(merged_meta, indent=2, sort_keys=True)
         )
+        if manifest is not None:
+            whole = [
+                {
+                    k: e[k]
+                    for k in ("id", "kind", "key", "seed", "plan", "op_keys", "spec")
+                    if k in e
+                }
+                for e in manifest["models"]
+            ]
+            (target / "bundles").mkdir(exist_ok=True)
+            (target / "bundles" / f"{manifest['bundle_id']}.json").write_text(json.dumps(whole))
         return self.load(name)
 
 

@@ -124,8 +124,9 @@ def _shape(value_info: Any) -> tuple[int, ...]:
 def build_templates(model: Any, example_inputs: Any, space: SearchSpace) -> Templates:
     """Export ``model`` (uncompressed, batch 1) and cut its graph into op templates."""
     import onnx
-    from frontier.spaces import CompressionPlan, export_onnx
     from onnx import shape_inference
+
+    from frontier.spaces import CompressionPlan, export_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from frontier.spaces import SUPPORTED_BITS, DistillOptions, SpaceOptions, StudentSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from frontier.spaces import SUPPORTED_BITS, DistillOptions, SpaceOptions, StudentSpec
 
 
 class ConfigError(ValueError):

@@ -104,6 +104,117 @@ def cmd_experiments_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store(args: argparse.Namespace) -> Any:
+    from frontier.latency_models import DeviceStore
+
+    return DeviceStore(args.store)
+
+
+def cmd_lut_ops(args: argparse.Namespace) -> int:
+    from frontier.latency_models import write_bundle
+    from frontier.latency_models._validate import quiet_root_logger
+
+    config = _load(args.config)
+    task, model, space = _task_and_space(config)
+    with quiet_root_logger():
+        manifest = write_bundle(
+            args.out,
+            model=model,
+            example_inputs=task.example_inputs(),
+            space=space,
+            validation=args.validation,
+            calibration=args.calibration,
+            calibration_data=task.calibration_batches(),
+            name=config.name,
+        )
+    print(
+        f"wrote {args.out}: {manifest['op_count']} ops, {args.calibration} calibration and "
+        f"{args.validation} validation models (bundle {manifest['bundle_id']})"
+    )
+    return 0
+
+
+def cmd_lut_measure(args: argparse.Namespace) -> int:
+    from frontier.latency_models import measure_bundle
+
+    out = measure_bundle(
+        args.bundle,
+        args.out,
+        device=args.device,
+        provider=args.provider,
+        threads=args.threads,
+        batch_size=args.batch_size,
+        time_cap_s=args.time_cap,
+    )
+    print(f"wrote {out} and {out}.meta.json")
+    return 0
+
+
+def cmd_lut_import(args: argparse.Namespace) -> int:
+    from frontier.latency_models import read_manifest
+
+    meta: dict[str, Any] = {}
+    if args.power_w is not None:
+        meta["active_power_w"] = args.power_w
+    if args.transfer_gbps is not None:
+        meta["transfer_gbps"] = args.transfer_gbps
+    if args.unsupported:
+        meta["unsupported_ops"] = args.unsupported
+    manifest = read_manifest(Path(args.bundle)) if args.bundle else None
+    table = _store(args).import_table(
+        args.table, name=args.name, meta=meta, manifest=manifest, merge=args.merge
+    )
+    s = table.summary()
+    print(
+        f"imported {args.name}: {s['ops']} ops ({s['ops_ok']} measured), "
+        f"{s['calibration_models']} calibration models, into {_store(args).root}"
+    )
+    return 0
+
+
+def cmd_lut_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    names = store.names()
+    if not names:
+        print(f"no device tables in {store.root}")
+    for name in names:
+        s = store.load(name).summary()
+        print(f"{name:<16} {s['ops']:>6} ops  {s['provider'] or '?':<22} {s['cpu'] or ''}")
+    return 0
+
+
+def cmd_lut_show(args: argparse.Namespace) -> int:
+    print(json.dumps(_store(args).load(args.name).summary(), indent=2))
+    return 0
+
+
+def cmd_lut_validate(args: argparse.Namespace) -> int:
+    from frontier.latency_models import LOCAL_CPU, LatencyModel, ensure_local_table, validate
+
+    config = _load(args.config)
+    task, model, space = _task_and_space(config)
+    store = _store(args)
+    example = task.example_inputs()
+    if args.device == LOCAL_CPU:
+        table = ensure_local_table(
+            model, example, space, store=store, calibration_data=task.calibration_batches()
+        )
+    else:
+        table = store.load(args.device)
+    report = validate(
+        LatencyModel(table),
+        model=model,
+        example_inputs=example,
+        space=space,
+        samples=args.samples,
+        out_dir=args.out,
+        measure=args.measure,
+        calibration_data=task.calibration_batches(),
+    )
+    print(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="frontier",
@@ -126,6 +237,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", metavar="PATH", help="also export the compressed model to ONNX")
     p.set_defaults(func=cmd_plan)
 
+    p = sub.add_parser(
+        "lut", help="device latency tables: ops, measure, import, list, show, validate"
+    )
+    lsub = p.add_subparsers(dest="action", required=True)
+    store_help = "device store directory (default $FRONTIER_DATA_DIR or ~/.local/share/frontier)"
+
+    e = lsub.add_parser("ops", help="write the op bundle of a config's space")
+    e.add_argument("config")
+    e.add_argument("--out", required=True, help="the bundle .zip to write")
+    e.add_argument("--validation", type=int, default=0, help="whole models for validation")
+    e.add_argument("--calibration", type=int, default=30, help="whole models for calibration")
+    e.set_defaults(func=cmd_lut_ops)
+
+    e = lsub.add_parser("measure", help="measure a bundle on this device (the device runner)")
+    e.add_argument("bundle")
+    e.add_argument("--device", required=True, help="a name for the device, e.g. pi4")
+    e.add_argument("--out", required=True, help="the table CSV (resumed if it exists)")
+    e.add_argument("--provider", default="CPUExecutionProvider")
+    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--batch-size", type=int, default=1)
+    e.add_argument("--time-cap", type=float, default=0.5, help="seconds per model (default 0.5)")
+    e.set_defaults(func=cmd_lut_measure)
+
+    e = lsub.add_parser("import", help="validate a measured table and store it")
+    e.add_argument("table")
+    e.add_argument("--name", required=True, help="the device name to store it under")
+    e.add_argument("--bundle", help="the bundle it measured (enables calibration)")
+    e.add_argument("--power-w", type=float, help="the device's active power in watts")
+    e.add_argument("--transfer-gbps", type=float, help="bandwidth to the offload device")
+    e.add_argument("--unsupported", nargs="*", default=[], help="op kinds the device cannot run")
+    e.add_argument("--merge", action="store_true", help="add to the stored table")
+    e.add_argument("--store", help=store_help)
+    e.set_defaults(func=cmd_lut_import)
+
+    e = lsub.add_parser("list", help="list stored device tables")
+    e.add_argument("--store", help=store_help)
+    e.set_defaults(func=cmd_lut_list)
+
+    e = lsub.add_parser("show", help="summary, coverage and unsupported ops of a table")
+    e.add_argument("name")
+    e.add_argument("--store", help=store_help)
+    e.set_defaults(func=cmd_lut_show)
+
+    e = lsub.add_parser("validate", help="predicted vs measured whole-model latency")
+    e.add_argument("config")
+    e.add_argument("--device", required=True, help="a stored table, or local-cpu")
+    e.add_argument("--samples", type=int, default=50)
+    e.add_argument("--out", default="lut-validation", help="directory for the CSV and PNG")
+    e.add_argument("--measure", choices=["auto", "local", "table"], default="auto")
+    e.add_argument("--store", help=store_help)
+    e.set_defaults(func=cmd_lut_validate)
+
     p = sub.add_parser("experiments", help="built-in experiments")
     esub = p.add_subparsers(dest="action", required=True)
     e = esub.add_parser("list", help="list the built-in experiments")
@@ -135,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from frontier.experiments import TaskError
+    from frontier.latency_models import TableError
     from frontier.spaces import PlanError, SpaceError
 
     from ._config import ConfigError
@@ -142,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ConfigError, TaskError, PlanError, SpaceError) as err:
+    except (ConfigError, TaskError, PlanError, SpaceError, TableError) as err:
         print(f"frontier: error: {err}", file=sys.stderr)
         return 2
     return code

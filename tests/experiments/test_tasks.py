@@ -3,6 +3,8 @@ import textwrap
 
 import pytest
 import torch
+from torch import nn
+
 from frontier.experiments import (
     DigitsTask,
     ImageFolderTask,
@@ -13,7 +15,6 @@ from frontier.experiments import (
     evaluate,
     load_weights,
 )
-from torch import nn
 
 
 @pytest.mark.parametrize("family", ["mlp", "cnn"], ids=str)

@@ -1,4 +1,5 @@
 import pytest
+
 from frontier.search import ConfigError, load_config, parse_config
 from frontier.search.cli import main
 

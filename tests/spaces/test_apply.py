@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import torchvision
+
 from frontier.spaces import (
     CompressionPlan,
     SpaceOptions,

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torchvision
-from frontier.spaces import CompressionPlan, apply_plan, model_cost
 from torchvision.models import get_model, get_model_weights
+
+from frontier.spaces import CompressionPlan, apply_plan, model_cost
 
 # One representative per family the issue names; benchmarks/check_torchvision_costs.py
 # checks every model of those families.

@@ -5,6 +5,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+
 from frontier.experiments import DigitsTask
 from frontier.spaces import CompressionPlan, apply_plan, discover, export_onnx
 

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from frontier.spaces import CompressionPlan, DistillSpec, PlanError, StudentSpec, discover
 
 
@@ -73,6 +74,7 @@ def test_space_rejects_unknown_layer_with_suggestion(mlp, tmp_path) -> None:
 
 def test_space_rejects_bits_it_does_not_allow(mlp) -> None:
     import torch
+
     from frontier.spaces import SpaceOptions
 
     space = discover(mlp, torch.randn(1, 64), SpaceOptions(weight_bits=(8, 32)))

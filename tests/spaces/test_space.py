@@ -2,6 +2,8 @@ import numpy as np
 import optuna
 import pytest
 import torch
+from torch import nn
+
 from frontier.spaces import (
     DistillOptions,
     SpaceError,
@@ -9,7 +11,6 @@ from frontier.spaces import (
     StudentSpec,
     discover,
 )
-from torch import nn
 
 
 def test_groups_follow_coupled_channels(small_cnn) -> None:

@@ -1,5 +1,7 @@
 import pytest
 import torch
+from torch import nn
+
 from frontier.spaces import (
     PlanError,
     StudentSpec,
@@ -7,7 +9,6 @@ from frontier.spaces import (
     register_student,
     student_families,
 )
-from torch import nn
 
 SPECS = [
     StudentSpec("mlp", 0.5, 2.0),

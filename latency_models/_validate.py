@@ -1,0 +1,274 @@
+"""Checking a table's predictions against measured whole-model latency, and local-cpu."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from frontier.spaces import SearchSpace
+
+from ._bundle import VALIDATION_SEED0, space_ops, whole_model_bytes, write_bundle
+from ._model import LatencyModel
+from ._table import DeviceStore, DeviceTable
+from .runner import measure_bundle, time_session
+
+LOCAL_CPU = "local-cpu"
+
+
+@contextmanager
+def quiet_root_logger() -> Iterator[None]:
+    """ONNX Runtime's quantizer logs advice on the root logger for every model."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def cpu_power_w() -> tuple[float, str]:
+    """Active power of this machine's CPU from CodeCarbon's CPU data: the matched TDP
+    times CodeCarbon's average-consumption ratio, or its default TDP when unmatched."""
+    from codecarbon.core.cpu import TDP
+    from codecarbon.external import hardware
+
+    from .runner import cpu_model
+
+    model = cpu_model()
+    tdp = None
+    try:
+        tdp = TDP()._get_cpu_power_from_registry(model)
+    except Exception:  # CodeCarbon's matcher; an unknown CPU is not an error here
+        tdp = None
+    ratio = hardware.CONSUMPTION_PERCENTAGE_CONSTANT
+    if tdp:
+        return float(tdp) * ratio, f"CodeCarbon TDP {tdp} W for {model!r} x {ratio}"
+    default = hardware.POWER_CONSTANT
+    return float(
+        default
+    ) * ratio, f"CodeCarbon default TDP {default} W ({model!r} unmatched) x {ratio}"
+
+
+def ensure_local_table(
+    model: nn.Module,
+    example_inputs: Any,
+    space: SearchSpace,
+    *,
+    store: DeviceStore | None = None,
+    threads: int = 1,
+    calibration: int = 30,
+    calibration_data: Any = None,
+    time_cap_s: float = 0.3,
+) -> DeviceTable:
+    """The ``local-cpu`` table, measured here (with progress) for the ops it lacks.
+
+    The first time a space targets this machine, its op bundle is built and measured
+    and merged into the stored table; later calls find every op and measure nothing.
+    """
+    store = store or DeviceStore()
+    found = space_ops(model, example_inputs, space)
+    if store.has(LOCAL_CPU):
+        table = store.load(LOCAL_CPU)
+        if all(table.get(s.key) is not None for s in found.ops):
+            return table
+    print(f"measuring {found.count} ops for the {LOCAL_CPU} table ...", file=sys.stderr)
+    power_w, source = cpu_power_w()
+    with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
+        bundle = Path(tmp) / "ops.zip"
+        manifest = write_bundle(
+            bundle,
+            model=model,
+            example_inputs=example_inputs,
+            space=space,
+            calibration=calibration,
+            calibration_data=calibration_data,
+            name=LOCAL_CPU,
+        )
+        out = Path(tmp) / "table.csv"
+        measure_bundle(bundle, out, device=LOCAL_CPU, threads=threads, time_cap_s=time_cap_s)
+        return store.import_table(
+            out,
+            name=LOCAL_CPU,
+            manifest=manifest,
+            merge=True,
+            meta={"active_power_w": power_w, "power_source": source},
+        )
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Predicted against measured whole-model latency over seeded plans."""
+
+    device: str
+    samples: int
+    mape: float
+    within_10pct: float
+    kendall_tau: float
+    worst: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    csv_path: Path | None = None
+    plot_path: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "samples": self.samples,
+            "mape": self.mape,
+            "within_10pct": self.within_10pct,
+            "kendall_tau": self.kendall_tau,
+            "worst": self.worst,
+            "csv": str(self.csv_path) if self.csv_path else None,
+            "plot": str(self.plot_path) if self.plot_path else None,
+        }
+
+
+def measure_local(model_bytes: bytes, *, threads: int = 1, time_cap_s: float = 1.0) -> float:
+    """Median latency in ms of an ONNX model on this machine's CPU, batch 1."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in sess.get_inputs()
+    }
+    return time_session(lambda: sess.run(None, feeds), time_cap_s=time_cap_s)["median_ms"]
+
+
+def validate(
+    latency: LatencyModel,
+    *,
+    model: nn.Module,
+    example_inputs: Any,
+    space: SearchSpace,
+    samples: int = 50,
+    out_dir: str | Path | None = None,
+    measure: str = "auto",
+    calibration_data: Any = None,
+) -> ValidationReport:
+    """Compare predictions with measurements for ``samples`` seeded plans.
+
+    Args:
+        latency: the latency model of the device (bound to ``model`` here).
+        model, example_inputs, space: what the plans compress.
+        samples: how many seeded plans (seeds from 20000, disjoint from calibration).
+        out_dir: where to write ``validation.csv`` and ``validation.png``.
+        measure: "local" measures each exported model on this machine; "table" reads the
+            validation models the device measured from its bundle; "auto" uses the table's
+            when it holds enough of them.
+    """
+    from scipy.stats import kendalltau
+
+    latency.bind(model, example_inputs, space)
+    table = latency.table
+    stored = {
+        e["seed"]: table.get(k)
+        for k, e in table.models.items()
+        if e.get("kind") == "validation" and table.get(k) is not None
+    }
+    use_table = measure == "table" or (measure == "auto" and len(stored) >= samples)
+    if use_table and len(stored) < samples:
+        raise ValueError(
+            f"table {table.name!r} holds {len(stored)} measured validation models; "
+            f"asked for {samples} (write the bundle with --validation {samples})"
+        )
+    threads = int(table.meta.get("threads", 1) or 1)
+    rows = []
+    start = time.perf_counter()
+    for i in range(samples):
+        seed = VALIDATION_SEED0 + i
+        plan = space.sample(seed)
+        predicted = latency.predict(model, plan)
+        if use_table:
+            row = stored[seed]
+            assert row is not None
+            measured = row.median_ms
+        else:
+            with quiet_root_logger():
+                data = whole_model_bytes(model, plan, example_inputs, calibration_data)
+            measured = measure_local(data, threads=threads)
+        rows.append(
+            {
+                "seed": seed,
+                "predicted_ms": predicted.latency_ms,
+                "sum_ms": predicted.sum_ms,
+                "measured_ms": measured,
+                "error": predicted.latency_ms / measured - 1,
+                "fallback_ops": predicted.coverage["fallback"],
+            }
+        )
+        if (i + 1) % 10 == 0 or i + 1 == samples:
+            print(
+                f"validated {i + 1}/{samples} ({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+            )
+    pred = np.array([r["predicted_ms"] for r in rows])
+    meas = np.array([r["measured_ms"] for r in rows])
+    err = pred / meas - 1
+    order = np.argsort(-np.abs(err))
+    report = ValidationReport(
+        device=table.name,
+        samples=samples,
+        mape=float(np.abs(err).mean()),
+        within_10pct=float((np.abs(err) <= 0.10).mean()),
+        kendall_tau=float(kendalltau(pred, meas)[0]) if samples > 1 else float("nan"),
+        worst=[rows[int(j)] for j in order[:5]],
+        rows=rows,
+    )
+    if out_dir is None:
+        return report
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, plot_path = out / "validation.csv", out / "validation.png"
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    _scatter(
+        pred,
+        meas,
+        plot_path,
+        title=f"{table.name}: {report.within_10pct:.0%} within "
+        f"+/-10%, MAPE {report.mape:.1%}, tau {report.kendall_tau:.2f}",
+    )
+    return ValidationReport(**{**report.__dict__, "csv_path": csv_path, "plot_path": plot_path})
+
+
+def _scatter(pred: np.ndarray, meas: np.ndarray, path: Path, *, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    lo, hi = float(min(pred.min(), meas.min())) * 0.9, float(max(pred.max(), meas.max())) * 1.1
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="exact")
+    ax.fill_between(
+        [lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], alpha=0.15, label="+/-10%"
+    )
+    ax.scatter(meas, pred, s=14)
+    ax.set_xlabel("measured latency (ms)")
+    ax.set_ylabel("predicted latency (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,80 @@
+import math
+
+import pytest
+
+from frontier.latency_models import DeviceStore, LatencyModel, validate
+from frontier.latency_models._bundle import TEACHER
+from frontier.latency_models._ops import plan_ops
+from frontier.latency_models._table import DeviceTable
+
+
+@pytest.fixture
+def table(measured, store: DeviceStore) -> DeviceTable:
+    out, manifest = measured
+    return store.import_table(
+        out, name="test-cpu", manifest=manifest, meta={"active_power_w": 10.0, "transfer_gbps": 2.0}
+    )
+
+
+def test_prediction_sums_table_ops_plus_one_overhead(table, mlp_setup) -> None:
+    _, model, x, space = mlp_setup
+    lm = LatencyModel(table, calibrate=False)
+    lm.bind(model, x, space)
+    est = lm.predict(model, space.sample(0))
+    assert est.coverage == {"table": len(est.ops), "fallback": 0, "offload": 0}
+    expected = sum(table.get(o.key).median_ms - table.overhead_ms for o in est.ops)
+    assert est.latency_ms == pytest.approx(expected + table.overhead_ms)
+    assert est.energy_mj == pytest.approx(est.latency_ms * 10.0)  # mJ = ms x W
+
+
+def test_missing_op_uses_the_reported_fallback(table, mlp_setup, ops) -> None:
+    _, model, x, space = mlp_setup
+    plan = space.sample(1)
+    used = plan_ops(ops.templates[TEACHER], plan)
+    missing = next(o for o in used if o.kind == "linear")
+    table.rows = [r for r in table.rows if r.key != missing.key]
+    table.__post_init__()
+    lm = LatencyModel(table, calibrate=False)
+    lm.bind(model, x, space)
+    est = lm.predict(model, plan)
+    assert est.coverage["fallback"] == 1
+    fallback = next(c for c in est.ops if c.source == "fallback")
+    assert fallback.key == missing.key and math.isfinite(fallback.latency_ms)
+    assert fallback.latency_ms > 0
+    fit = lm.fallbacks[f"{missing.kind}/{missing.precision}"]
+    assert fit.method in ("linear", "gbr") and fit.rows >= 3
+
+
+def test_unsupported_op_priced_on_offload_device_plus_transfer(table, mlp_setup, ops) -> None:
+    _, model, x, space = mlp_setup
+    offload = DeviceTable(name="host", meta=dict(table.meta), rows=list(table.rows))
+    table.meta["unsupported_ops"] = ["linear"]
+    lm = LatencyModel(table, offload=offload, calibrate=False)
+    lm.bind(model, x, space)
+    plan = space.sample(2)
+    est = lm.predict(model, plan)
+    assert est.coverage["offload"] == 3  # the three Gemm layers
+    for cost in est.ops:
+        if cost.source != "offload":
+            continue
+        spec = lm.spec_of(cost.key) or next(o for o in ops.ops if o.key == cost.key)
+        elems = sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape)
+        assert cost.transfer_ms == pytest.approx(4 * elems / 2e9 * 1e3)
+        base = offload.get(cost.key).median_ms - offload.overhead_ms
+        assert cost.latency_ms == pytest.approx(base + cost.transfer_ms)
+
+
+def test_validation_report_and_files(table, mlp_setup, tmp_path) -> None:
+    _, model, x, space = mlp_setup
+    report = validate(
+        LatencyModel(table),
+        model=model,
+        example_inputs=x,
+        space=space,
+        samples=3,
+        out_dir=tmp_path,
+        measure="table",
+    )
+    assert report.samples == 3 and 0 <= report.within_10pct <= 1
+    assert report.csv_path.exists() and report.plot_path.stat().st_size > 1000
+    assert math.isfinite(report.mape)

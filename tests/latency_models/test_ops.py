@@ -1,0 +1,67 @@
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from frontier.experiments import DigitsTask
+from frontier.latency_models import build_onnx, plan_ops, space_ops
+from frontier.latency_models._bundle import TEACHER
+from frontier.spaces import CompressionPlan, SpaceOptions, apply_plan, discover
+
+
+def test_op_set_is_deduplicated_and_counted(ops) -> None:
+    keys = [o.key for o in ops.ops]
+    assert len(keys) == len(set(keys)) == ops.count
+    kinds = {o.kind for o in ops.ops}
+    assert "linear" in kinds
+    # three Gemm layers, 2 kept widths per pruned group, FP32 and INT8
+    assert {o.precision for o in ops.ops} == {"fp32", "int8"}
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn"], ids=str)
+def test_every_plan_only_uses_enumerated_ops(family: str) -> None:
+    task = DigitsTask(model=family)
+    model, x = task.baseline(), task.example_inputs()
+    space = discover(
+        model,
+        x,
+        SpaceOptions(
+            prune_ratios=(0.0, 0.3, 0.6), weight_bits=(4, 8, 32), act_bits=(8, 32), round_to=4
+        ),
+    )
+    found = space_ops(model, x, space)
+    keys = {o.key for o in found.ops}
+    for seed in range(15):
+        plan = space.sample(seed)
+        used = plan_ops(found.templates[TEACHER], plan)
+        assert {o.key for o in used} <= keys
+        # the shapes the templates predict are the shapes of the pruned model
+        small = apply_plan(model, plan, x)
+        weighted = [o for o in used if o.op_type in ("Conv", "Gemm")]
+        layers = [m for m in small.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+        for op, layer in zip(weighted, layers, strict=True):
+            out = layer.out_channels if isinstance(layer, torch.nn.Conv2d) else layer.out_features
+            assert op.output_shape[1] == out
+
+
+def test_one_op_models_run_with_their_shapes(ops) -> None:
+    for spec in ops.ops[:10]:
+        sess = ort.InferenceSession(
+            build_onnx(spec).SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        feeds = {f"x{i}": np.ones(s, np.float32) for i, s in enumerate(spec.input_shapes)}
+        assert tuple(sess.run(None, feeds)[0].shape) == spec.output_shape
+
+
+def test_mobilenet_ops_follow_runtime_fusion() -> None:
+    import torchvision
+
+    model = torchvision.models.mobilenet_v2(num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    space = discover(model, x, SpaceOptions(prune_ratios=(0.0,), weight_bits=(32,), act_bits=(32,)))
+    found = space_ops(model, x, space)
+    names = {o.name for o in found.ops}
+    assert {"Conv+Clip", "Conv+Add", "Conv"} <= names  # Clip and residual Add fused
+    assert not any(o.op_type in ("Clip", "Add") for o in found.ops)
+    plan_keys = plan_ops(found.templates[TEACHER], CompressionPlan())
+    assert sum(o.op_type == "Conv" for o in plan_keys) == 52

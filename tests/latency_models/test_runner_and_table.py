@@ -1,0 +1,129 @@
+import csv
+import json
+import zipfile
+
+import pytest
+
+from frontier.latency_models import (
+    DeviceStore,
+    TableError,
+    measure_bundle,
+    read_manifest,
+    read_table,
+)
+from frontier.latency_models._table import write_rows
+
+
+def test_runner_measures_every_model(measured) -> None:
+    out, manifest = measured
+    rows = list(csv.DictReader(out.open()))
+    assert {r["model_id"] for r in rows} == {m["id"] for m in manifest["models"]}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == len(rows)
+    assert all(float(r["p10_ms"]) <= float(r["median_ms"]) <= float(r["p90_ms"]) for r in ok)
+    meta = json.loads((out.parent / "table.csv.meta.json").read_text())
+    for field in ("device", "cpu", "cores", "threads", "onnxruntime", "provider", "os", "date"):
+        assert meta[field] not in (None, "")
+
+
+def test_resume_skips_what_is_measured(bundle, measured, tmp_path) -> None:
+    path, manifest = bundle
+    full, _ = measured
+    lines = full.read_text().splitlines()
+    half = tmp_path / "half.csv"
+    half.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    (tmp_path / "half.csv.meta.json").write_text((full.parent / "table.csv.meta.json").read_text())
+    measure_bundle(path, half, device="test-cpu", time_cap_s=0.02)
+    resumed = half.read_text().splitlines()
+    assert resumed[: len(lines) // 2] == lines[: len(lines) // 2]  # kept, not remeasured
+    ids = [r["model_id"] for r in csv.DictReader(half.open())]
+    assert len(ids) == len(set(ids)) == len(manifest["models"])
+
+
+def test_unsupported_op_is_recorded_not_a_crash(tmp_path) -> None:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    node = helper.make_node("SwishBeta", ["x0"], ["y"], domain="custom.ops")
+    model = helper.make_model(
+        helper.make_graph([node], "g", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom.ops", 1)],
+    )
+    bundle = tmp_path / "b.zip"
+    manifest = {
+        "format": "frontier-op-bundle",
+        "version": 1,
+        "bundle_id": "x",
+        "models": [
+            {
+                "id": "op-0",
+                "kind": "op",
+                "file": "m.onnx",
+                "key": "swish",
+                "op_type": "swishbeta",
+                "precision": "fp32",
+            }
+        ],
+    }
+    with zipfile.ZipFile(bundle, "w") as zf:
+        zf.writestr("m.onnx", model.SerializeToString())
+        zf.writestr("manifest.json", json.dumps(manifest))
+    out = measure_bundle(bundle, tmp_path / "t.csv", device="d")
+    row = next(csv.DictReader(out.open()))
+    assert row["status"] == "unsupported" and row["error"]
+    assert read_table(out).unsupported_types == {"swishbeta"}
+
+
+def test_bundle_version_is_checked(tmp_path) -> None:
+    bundle = tmp_path / "b.zip"
+    with zipfile.ZipFile(bundle, "w") as zf:
+        zf.writestr("manifest.json", json.dumps({"format": "frontier-op-bundle", "version": 9}))
+    with pytest.raises(ValueError, match="bundle version 9"):
+        read_manifest(bundle)
+
+
+def test_table_round_trip(measured, store: DeviceStore) -> None:
+    out, manifest = measured
+    table = store.import_table(out, name="test-cpu", manifest=manifest, meta={"active_power_w": 5})
+    again = store.load("test-cpu")
+    assert again.rows == read_table(out).rows == table.rows
+    assert again.active_power_w == 5 and store.names() == ["test-cpu"]
+    assert len(again.models) == len(manifest["models"])
+    copy = out.parent / "copy.csv"
+    write_rows(copy, again.rows)
+    assert read_table(copy).rows == again.rows
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda rows: rows[2].update(median_ms="-1"), "row 4: median_ms must be finite and > 0"),
+        (lambda rows: rows[3].update(median_ms="nan"), "row 5: median_ms must be finite"),
+        (lambda rows: rows[2].update(key=rows[1]["key"]), "row 4: duplicate key"),
+        (lambda rows: rows[1].update(kind="opp"), "row 3: kind must be one of"),
+        (lambda rows: rows[1].update(status="fine"), "row 3: status must be ok or unsupported"),
+    ],
+    ids=["negative", "nan", "duplicate", "kind", "status"],
+)
+def test_malformed_tables_name_rows(measured, tmp_path, edit, needle: str) -> None:
+    out, _ = measured
+    rows = list(csv.DictReader(out.open()))
+    edit(rows)
+    bad = tmp_path / "bad.csv"
+    with bad.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(TableError) as err:
+        read_table(bad)
+    assert needle in str(err.value) and str(bad) in str(err.value)
+
+
+def test_missing_column_and_unknown_device(tmp_path, store: DeviceStore) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model_id,kind,key\nop-0,op,k\n")
+    with pytest.raises(TableError, match=r"missing required column\(s\) \['status', 'median_ms'\]"):
+        read_table(bad)
+    with pytest.raises(TableError, match="no device table named 'pi9'"):
+        store.load("pi9")
