@@ -78,3 +78,20 @@ def test_validation_report_and_files(table, mlp_setup, tmp_path) -> None:
     assert report.samples == 3 and 0 <= report.within_10pct <= 1
     assert report.csv_path.exists() and report.plot_path.stat().st_size > 1000
     assert math.isfinite(report.mape)
+
+
+def test_local_cpu_table_is_measured_once(mlp_setup, store, capsys) -> None:
+    from frontier.latency_models import LOCAL_CPU, ensure_local_table
+
+    task, model, x, space = mlp_setup
+    first = ensure_local_table(model, x, space, store=store, calibration=6, time_cap_s=0.02,
+                               calibration_data=task.calibration_batches())
+    assert "measuring" in capsys.readouterr().err
+    assert store.names() == [LOCAL_CPU] and first.active_power_w > 0
+    assert "CodeCarbon" in first.meta["power_source"]
+    again = ensure_local_table(model, x, space, store=store)
+    assert "measuring" not in capsys.readouterr().err
+    assert again.rows == first.rows
+    est = LatencyModel(again)
+    est.bind(model, x, space)
+    assert est.predict(model, space.sample(3)).coverage["fallback"] == 0

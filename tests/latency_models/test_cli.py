@@ -1,0 +1,97 @@
+"""The `frontier lut` commands as a user runs them: ops -> measure -> import -> list/show ->
+validate, on a small digits-MLP config."""
+
+import json
+
+import yaml
+
+from frontier.search.cli import main
+
+CONFIG = {
+    "name": "lut-test",
+    "task": {"name": "digits", "options": {"model": "mlp"}},
+    "space": {
+        "prune_ratios": [0.0, 0.5],
+        "weight_bits": [8, 32],
+        "act_bits": [8, 32],
+        "round_to": 8,
+    },
+}
+
+
+def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    bundle, table = tmp_path / "ops.zip", tmp_path / "pi.csv"
+    assert (
+        main(
+            [
+                "lut",
+                "ops",
+                str(config),
+                "--out",
+                str(bundle),
+                "--validation",
+                "4",
+                "--calibration",
+                "8",
+            ]
+        )
+        == 0
+    )
+    assert "ops, 8 calibration and 4 validation models" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "lut",
+                "measure",
+                str(bundle),
+                "--device",
+                "pi",
+                "--out",
+                str(table),
+                "--time-cap",
+                "0.02",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "lut",
+                "import",
+                str(table),
+                "--name",
+                "pi",
+                "--bundle",
+                str(bundle),
+                "--power-w",
+                "3.5",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["lut", "list"]) == 0
+    assert capsys.readouterr().out.startswith("pi ")
+    assert main(["lut", "show", "pi"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["active_power_w"] == 3.5 and summary["validation_models"] == 4
+    out = tmp_path / "val"
+    assert (
+        main(
+            ["lut", "validate", "--device", "pi", str(config), "--samples", "4", "--out", str(out)]
+        )
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 4 and (out / "validation.png").exists()
+
+
+def test_lut_import_rejects_bad_rows(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model_id,kind,key,status,median_ms\nop-0,op,k1,ok,0.1\nop-1,op,k2,ok,-3\n")
+    assert main(["lut", "import", str(bad), "--name", "x", "--store", str(tmp_path / "s")]) == 2
+    assert "row 3: median_ms must be finite and > 0" in capsys.readouterr().err
