@@ -160,9 +160,18 @@ def plan_precision(t: OpTemplate, plan: CompressionPlan) -> str:
 
 
 def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
-    """The ops a model compressed by ``plan`` runs."""
+    """The ops a model compressed by ``plan`` runs (memoized per template and shape, since
+    a search asks for the same few shapes over and over)."""
     keep = templates.keep(plan)
-    return [instantiate(t, keep, plan_precision(t, plan)) for t in templates.ops]
+    out = []
+    for i, t in enumerate(templates.ops):
+        precision = plan_precision(t, plan)
+        memo_key = (i, precision, *(keep[g] for g in t.group_names))
+        spec = templates.memo.get(memo_key)
+        if spec is None:
+            spec = templates.memo[memo_key] = instantiate(t, keep, precision)
+        out.append(spec)
+    return out
 
 
 def _keep_choices(templates: Templates, space: SearchSpace) -> dict[str, list[int]]:

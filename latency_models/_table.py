@@ -8,6 +8,7 @@ a directory per device under ``$FRONTIER_DATA_DIR`` (default ``~/.local/share/fr
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -67,6 +68,7 @@ class DeviceTable:
 
     def __post_init__(self) -> None:
         self._by_key = {r.key: r for r in self.rows}
+        self.__dict__.pop("unsupported_types", None)
 
     def get(self, key: str) -> Row | None:
         return self._by_key.get(key)
@@ -83,7 +85,7 @@ class DeviceTable:
     def whole_models(self, kind: str) -> list[Row]:
         return [r for r in self.rows if r.kind == kind and r.status == "ok"]
 
-    @property
+    @functools.cached_property
     def unsupported_types(self) -> set[str]:
         """Op types the device cannot run: from metadata, or every row of the type failed."""
         declared = set(self.meta.get("unsupported_ops", []))

@@ -10,6 +10,7 @@ touching the model again: predicting a plan's latency is arithmetic plus table l
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 from collections.abc import Mapping
@@ -82,7 +83,7 @@ class OpTemplate:
     act_attrs: tuple[tuple[str, Any], ...] = ()
     consts: tuple[tuple[int, tuple[int, ...], tuple[float, ...]], ...] = ()  # (pos, dims, values)
 
-    @property
+    @functools.cached_property
     def group_names(self) -> tuple[str, ...]:
         names: set[str] = set(self.output.channels.groups)
         for t in self.inputs:
@@ -96,6 +97,7 @@ class Templates:
 
     ops: list[OpTemplate]
     group_channels: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (ch, step)
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     def keep(self, plan: CompressionPlan) -> dict[str, int]:
         """Kept channels of every group under ``plan`` (exactly as ``apply_plan`` keeps them)."""

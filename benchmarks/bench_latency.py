@@ -1,0 +1,169 @@
+"""How well device tables predict whole-model latency, on this machine's CPU.
+
+For the digits CNN and torchvision mobilenet_v2 (random weights, 224x224): build the op
+bundle of a pruning + INT8 space, measure it with the device runner (ONNX Runtime, one
+thread, batch 1), and compare predictions with the measured latency of 50 seeded whole
+compressed models (seeds disjoint from the 30 calibration models). Also times one
+prediction for a resnet50-size plan.
+
+Targets (latency-table issue): >= 95% of predictions within +/-10%, Kendall tau >= 0.9,
+prediction <= 5 ms for resnet50, measuring the mobilenet_v2 bundle <= 10 minutes.
+Run: python benchmarks/bench_latency.py [--samples 50] [--calibration 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torchvision
+
+from frontier.experiments import DigitsTask
+from frontier.latency_models import (
+    DeviceStore,
+    DeviceTable,
+    LatencyModel,
+    Row,
+    measure_bundle,
+    space_ops,
+    validate,
+    write_bundle,
+)
+from frontier.latency_models._validate import quiet_root_logger
+from frontier.spaces import SpaceOptions, discover
+
+
+def case(
+    name: str, model, x, space, calibration_data, *, samples: int, calibration: int, tmp: Path
+) -> dict:
+    bundle = tmp / f"{name}.zip"
+    t0 = time.perf_counter()
+    with quiet_root_logger():
+        manifest = write_bundle(
+            bundle,
+            model=model,
+            example_inputs=x,
+            space=space,
+            calibration=calibration,
+            validation=samples,
+            calibration_data=calibration_data,
+        )
+    t_bundle = time.perf_counter() - t0
+    ops_only = tmp / f"{name}-ops.csv"
+    t0 = time.perf_counter()
+    measure_bundle(bundle, ops_only, device="local-cpu", kinds=("overhead", "op"), time_cap_s=0.3)
+    t_ops = time.perf_counter() - t0
+    table_csv = tmp / f"{name}.csv"
+    ops_only.rename(table_csv)
+    Path(str(ops_only) + ".meta.json").rename(Path(str(table_csv) + ".meta.json"))
+    measure_bundle(bundle, table_csv, device="local-cpu", time_cap_s=1.0)
+    store = DeviceStore(tmp / "store")
+    table = store.import_table(table_csv, name=name, manifest=manifest)
+    results = {}
+    for label, calibrate in (("sum (uncalibrated)", False), ("calibrated", True)):
+        lm = LatencyModel(table, calibrate=calibrate)
+        report = validate(
+            lm,
+            model=model,
+            example_inputs=x,
+            space=space,
+            samples=samples,
+            measure="table",
+            out_dir=tmp / name / label.split()[0],
+        )
+        results[label] = report
+    return {
+        "ops": manifest["op_count"],
+        "t_bundle": t_bundle,
+        "t_measure_ops": t_ops,
+        "results": results,
+    }
+
+
+def predict_speed() -> float:
+    model = torchvision.models.resnet50(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+    space = discover(
+        model,
+        x,
+        SpaceOptions(
+            prune_ratios=(0.0, 0.25, 0.5, 0.75), weight_bits=(8, 32), act_bits=(8, 32), round_to=8
+        ),
+    )
+    found = space_ops(model, x, space)
+    # Timing only: a table holding every op (latency ~ MACs); the lookups and arithmetic
+    # are what a search pays per prediction.
+    rows = [
+        Row(f"op-{i}", "op", o.key, o.kind, o.precision, "ok", 1e-9 * o.macs + 1e-3, 0.0, 0.0, 1)
+        for i, o in enumerate(found.ops)
+    ]
+    lm = LatencyModel(DeviceTable("timing", {}, rows), calibrate=False)
+    lm.bind(model, x, space)
+    plans = [space.sample(s) for s in range(200)]
+    times = []
+    for plan in plans:
+        t0 = time.perf_counter()
+        lm.predict(model, plan)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--calibration", type=int, default=30)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    opts = dict(prune_ratios=(0.0, 0.25, 0.5, 0.75), weight_bits=(8, 32), act_bits=(8, 32))
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        task = DigitsTask(model="cnn")
+        model, x = task.baseline(), task.example_inputs()
+        space = discover(model, x, SpaceOptions(round_to=4, **opts))
+        cases["digits CNN"] = case(
+            "digits-cnn",
+            model,
+            x,
+            space,
+            task.calibration_batches(),
+            samples=args.samples,
+            calibration=args.calibration,
+            tmp=tmp,
+        )
+        model = torchvision.models.mobilenet_v2(weights=None).eval()
+        x = torch.randn(1, 3, 224, 224)
+        space = discover(model, x, SpaceOptions(round_to=8, **opts))
+        cases["mobilenet_v2 224"] = case(
+            "mobilenet-v2",
+            model,
+            x,
+            space,
+            None,
+            samples=args.samples,
+            calibration=args.calibration,
+            tmp=tmp,
+        )
+    predict_ms = predict_speed()
+    print(f"torch {torch.__version__}; ONNX Runtime CPU, 1 thread, batch 1")
+    for name, c in cases.items():
+        print(
+            f"\n{name}: {c['ops']} ops; bundle written in {c['t_bundle']:.0f} s; "
+            f"ops measured in {c['t_measure_ops']:.0f} s"
+        )
+        for label, r in c["results"].items():
+            print(
+                f"  {label:<20} within +/-10%: {r.within_10pct:6.1%} (target >= 95%)  "
+                f"Kendall tau {r.kendall_tau:.3f} (target >= 0.9)  MAPE {r.mape:.1%}"
+            )
+    print(f"\npredict(resnet50 plan): median {predict_ms:.2f} ms (target <= 5 ms)")
+
+
+if __name__ == "__main__":
+    main()
