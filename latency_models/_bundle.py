@@ -197,6 +197,7 @@ def write_bundle(
                         "seed": seed0 + i,
                         "plan": plan.to_dict(),
                         "op_keys": [o.key for o in plan_ops(found.templates[arch], plan)],
+                        "op_nodes": [list(t.nodes) for t in found.templates[arch].ops],
                     }
                 )
                 progress(kind, i + 1, count, start)

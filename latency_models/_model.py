@@ -10,6 +10,7 @@ import numpy as np
 
 from frontier.spaces import CompressionPlan, SearchSpace
 
+from ._context import ContextModel, fit_context
 from ._ops import OpSpec, plan_ops
 from ._table import DeviceTable, Row
 
@@ -108,14 +109,25 @@ def _fit_fallback(kind: str, specs: list[OpSpec], ms: np.ndarray) -> FallbackFit
 
 
 @dataclass
+class Sample:
+    """One measured calibration model."""
+
+    specs: list[OpSpec]
+    op_nodes: list[list[str]] | None
+    profile: dict[str, Any] | None
+    measured_ms: float
+
+
+@dataclass
 class LatencyModel:
     """Latency of compressed models on one device, from its measured table.
 
     The prediction sums the table's per-op latencies (each corrected for the per-run
-    session overhead the table measured), adds one overhead, and scales each op group's
-    sum by factors fitted on whole compressed models measured on the same device (the
-    bundle's calibration models), which absorbs what isolated kernels pay that a whole
-    graph pays once (layout conversions, quantize/dequantize at the edges).
+    session overhead the table measured) and adds one overhead. With calibration models
+    measured on the same device, that sum is corrected for what isolated kernels pay and
+    a whole graph pays once (layout conversions, quantize/dequantize at the edges): by
+    per-group scale factors, or by in-context op times from the runner's profiles,
+    whichever predicts held-out calibration models best (``method``, ``method_cv``).
 
     Args:
         table: the device's table.
@@ -128,6 +140,11 @@ class LatencyModel:
     calibrate: bool = True
     fallbacks: dict[str, FallbackFit] = field(default_factory=dict)
     coef: dict[str, float] | None = None
+    context: ContextModel | None = None
+    #: the calibration in use ("sum", "groups", "context") and each one's CV MAPE
+    method: str | None = None
+    method_cv: dict[str, float] = field(default_factory=dict)
+    _fitted: Any = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
     _specs: dict[str, OpSpec] = field(default_factory=dict, repr=False)
 
@@ -224,51 +241,112 @@ class LatencyModel:
             sums[group] += c.latency_ms
         return np.array([sums[g] for g in CALIBRATION_GROUPS])
 
-    def fit_calibration(self) -> dict[str, float] | None:
-        """Fit whole-model latency ~ overhead + sum_g coef_g * (group g's op sum)."""
-        xs, ys = [], []
+    # -- calibration against whole models -------------------------------------------
+    def calibration_samples(self) -> list[Sample]:
+        """The table's measured calibration models, with their ops (and profiles)."""
+        samples = []
         for row in self.table.whole_models("calibration"):
             entry = self.table.models.get(row.key)
             if entry is None:
                 continue
-            costs = [self._cost_of_key(k) for k in entry["op_keys"]]
-            if any(c is None for c in costs):
+            specs = [self.spec_of(k) for k in entry["op_keys"]]
+            if any(s is None for s in specs):
                 continue
-            xs.append(self._group_sums([c for c in costs if c is not None]))
-            ys.append(row.median_ms - self.table.overhead_ms)
-        if len(xs) < len(CALIBRATION_GROUPS) + 2:
+            samples.append(
+                Sample(
+                    specs=[s for s in specs if s is not None],
+                    op_nodes=entry.get("op_nodes"),
+                    profile=self.table.profiles.get(row.key),
+                    measured_ms=row.median_ms,
+                )
+            )
+        return samples
+
+    def fit_groups(self, samples: list[Sample]) -> dict[str, float] | None:
+        """Fit whole-model latency ~ overhead + sum_g coef_g * (group g's op sum)."""
+        if len(samples) < len(CALIBRATION_GROUPS) + 2:
             return None
-        x, y = np.array(xs), np.array(ys)
+        x = np.array([self._group_sums([self.op_cost(o) for o in s.specs]) for s in samples])
+        y = np.array([s.measured_ms - self.table.overhead_ms for s in samples])
         used = x.sum(axis=0) > 0
-        coef = np.zeros(len(CALIBRATION_GROUPS))
+        coef = np.ones(len(CALIBRATION_GROUPS))
         coef[used] = _nnls(x[:, used], y)
-        coef[~used] = 1.0
         return dict(zip(CALIBRATION_GROUPS, map(float, coef), strict=True))
 
-    def _cost_of_key(self, key: str) -> OpCost | None:
-        spec = self.spec_of(key)
-        if spec is not None:
-            return self.op_cost(spec)
-        row = self.table.get(key)
-        if row is None or row.status != "ok":
-            return None
-        return OpCost(key, row.op_type, self._op_ms(row), "table")
+    def fit_context(self, samples: list[Sample]) -> ContextModel | None:
+        """Fit in-context op times from profiled calibration models."""
+        profiled = [
+            (s.specs, s.op_nodes, s.profile, s.measured_ms)
+            for s in samples
+            if s.profile is not None and s.op_nodes is not None
+        ]
+        return fit_context(profiled, self._isolated_ms)
+
+    def _isolated_ms(self, spec: OpSpec) -> float:
+        return self.op_cost(spec).latency_ms
+
+    def _fit(self, method: str, samples: list[Sample]) -> Any:
+        if method == "groups":
+            return self.fit_groups(samples)
+        if method == "context":
+            return self.fit_context(samples)
+        return "sum"
+
+    def _predict_with(self, method: str, fitted: Any, specs: list[OpSpec]) -> float:
+        costs = [self.op_cost(s) for s in specs]
+        if method == "groups":
+            coef = np.array([fitted.get(g, 1.0) for g in CALIBRATION_GROUPS])
+            return float(self._group_sums(costs) @ coef) + self.table.overhead_ms
+        if method == "context":
+            return float(fitted.predict(specs, self._isolated_ms))
+        return sum(c.latency_ms for c in costs) + self.table.overhead_ms
+
+    def choose_calibration(self) -> None:
+        """Pick how the per-op sum becomes a whole-model prediction: the plain sum, the
+        per-group scaled sum, or in-context op times, by 5-fold cross-validated MAPE on the
+        calibration models; refit the winner on all of them."""
+        from sklearn.model_selection import KFold
+
+        samples = self.calibration_samples()
+        self.method_cv = {}
+        if len(samples) >= 8:
+            folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
+            for method in ("sum", "groups", "context"):
+                errors: list[float] = []
+                for train, test in folds:
+                    fitted = self._fit(method, [samples[i] for i in train])
+                    if fitted is None:
+                        errors = []
+                        break
+                    for i in test:
+                        pred = self._predict_with(method, fitted, samples[i].specs)
+                        errors.append(abs(pred / samples[i].measured_ms - 1))
+                if errors:
+                    self.method_cv[method] = float(np.mean(errors))
+        self.method = min(self.method_cv, key=self.method_cv.__getitem__, default="sum")
+        self._fitted = self._fit(self.method, samples)
+        if self.method == "groups":
+            self.coef = self._fitted
+        if self.method == "context":
+            self.context = self._fitted
 
     def predict_ops(self, specs: list[OpSpec]) -> LatencyEstimate:
         """Predict the latency of a model that runs ``specs``."""
-        if self.calibrate and self.coef is None:
-            self.coef = self.fit_calibration() or dict.fromkeys(CALIBRATION_GROUPS, 1.0)
+        if self.calibrate and self.method is None:
+            self.choose_calibration()
         costs = [self.op_cost(s) for s in specs]
         overhead = self.table.overhead_ms
-        sums = self._group_sums(costs)
-        coef = np.array([(self.coef or {}).get(g, 1.0) for g in CALIBRATION_GROUPS])
-        latency = float(sums @ coef) + overhead
+        raw = sum(c.latency_ms for c in costs) + overhead
+        if self.calibrate and self.method is not None:
+            latency = self._predict_with(self.method, self._fitted, specs)
+        else:
+            latency = raw
         coverage = {"table": 0, "fallback": 0, "offload": 0}
         for c in costs:
             coverage[c.source] += 1
         return LatencyEstimate(
             latency_ms=latency,
-            sum_ms=float(sums.sum()) + overhead,
+            sum_ms=raw,
             ops=tuple(costs),
             coverage=coverage,
             energy_mj=self._energy(costs, latency),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .runner import BUNDLE_VERSION, COLUMNS
+from .runner import BUNDLE_VERSION, COLUMNS, profiles_path
 
 REQUIRED = ("model_id", "kind", "key", "status", "median_ms")
 KINDS = ("overhead", "op", "calibration", "validation")
@@ -64,6 +64,8 @@ class DeviceTable:
     path: Path | None = None
     #: the bundle manifest entries behind the rows (op specs, whole-model plans), by key
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per-node kernel times (ONNX Runtime profiler) of calibration models, by key
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_key: dict[str, Row] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -251,6 +253,7 @@ class DeviceStore:
         for file in sorted((path.parent / "bundles").glob("*.json")):
             for entry in json.loads(file.read_text()):
                 table.models[entry["key"]] = entry
+        table.profiles = read_profiles(profiles_path(path))
         return table
 
     def import_table(
@@ -285,6 +288,13 @@ class DeviceStore:
         tmp = target / "table.csv.tmp"
         write_rows(tmp, rows)
         shutil.move(str(tmp), target / "table.csv")
+        profiles = {
+            **(self.load(name).profiles if merge and self.has(name) else {}),
+            **read_profiles(profiles_path(Path(path))),
+        }
+        with profiles_path(target / "table.csv").open("w") as f:
+            for key, nodes in profiles.items():
+                f.write(json.dumps({"key": key, "nodes": nodes}) + "\n")
         (target / "table.csv.meta.json").write_text(
             json.dumps(merged_meta, indent=2, sort_keys=True)
         )
@@ -292,7 +302,7 @@ class DeviceStore:
             whole = [
                 {
                     k: e[k]
-                    for k in ("id", "kind", "key", "seed", "plan", "op_keys", "spec")
+                    for k in ("id", "kind", "key", "seed", "plan", "op_keys", "op_nodes", "spec")
                     if k in e
                 }
                 for e in manifest["models"]
@@ -300,6 +310,18 @@ class DeviceStore:
             (target / "bundles").mkdir(exist_ok=True)
             (target / "bundles" / f"{manifest['bundle_id']}.json").write_text(json.dumps(whole))
         return self.load(name)
+
+
+def read_profiles(path: Path) -> dict[str, dict[str, Any]]:
+    """Per-node kernel times the runner profiled, by whole-model key ({} if none)."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            out[record["key"]] = record["nodes"]
+    return out
 
 
 def write_rows(path: Path, rows: list[Row]) -> None:

@@ -82,6 +82,7 @@ class OpTemplate:
     fused: tuple[str, ...] = ()  # "Add" and/or an activation fused into a weighted op
     act_attrs: tuple[tuple[str, Any], ...] = ()
     consts: tuple[tuple[int, tuple[int, ...], tuple[float, ...]], ...] = ()  # (pos, dims, values)
+    nodes: tuple[str, ...] = ()  # ONNX node and output names of the chain (profile matching)
 
     @functools.cached_property
     def group_names(self) -> tuple[str, ...]:
@@ -236,6 +237,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
             if node.op_type not in WEIGHTED and name in values
         )
         fused: list[str] = []
+        names = [node.name, *node.output]
         act_attrs: tuple[tuple[str, Any], ...] = ()
         if node.op_type in WEIGHTED:
             # Follow the runtime's fusion: [residual Add] then [activation].
@@ -264,6 +266,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                 else:
                     break
                 fused.append(nxt.op_type)
+                names += [nxt.name, *nxt.output]
                 absorbed.add(nxt.name)
                 exprs[nxt.output[0]] = out_expr
                 current = nxt.output[0]
@@ -279,6 +282,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                 fused=tuple(fused),
                 act_attrs=act_attrs,
                 consts=consts,
+                nodes=tuple(n for n in names if n),
             )
         )
     group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups}

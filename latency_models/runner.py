@@ -20,6 +20,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -103,6 +104,44 @@ def time_session(
     }
 
 
+def profiles_path(out: Path) -> Path:
+    """Where the per-node kernel times of a table's calibration models go."""
+    return Path(str(out) + ".profiles.jsonl")
+
+
+def profile_nodes(
+    model: bytes, feeds: dict[str, Any], threads: int, provider: str, runs: int = 30
+) -> dict[str, list[Any]]:
+    """Each node's median kernel time (us) inside the whole model, from ONNX Runtime's
+    profiler: ``{node name: [op type, median us]}``, plus ``"model_run"``."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        so.profile_file_prefix = str(Path(tmp) / "profile")
+        sess = ort.InferenceSession(model, so, providers=[provider])
+        for _ in range(runs):
+            sess.run(None, feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    times: dict[str, list[float]] = {}
+    kinds: dict[str, str] = {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
+            node = name[: -len("_kernel_time")]
+            times.setdefault(node, []).append(float(e["dur"]))
+            kinds[node] = e.get("args", {}).get("op_name", "")
+        elif name == "model_run":
+            times.setdefault("model_run", []).append(float(e["dur"]))
+            kinds["model_run"] = ""
+    # the first runs warm caches up; keep the later half
+    return {k: [kinds[k], statistics.median(v[len(v) // 2 :])] for k, v in times.items() if v}
+
+
 def read_manifest(bundle: Path) -> dict[str, Any]:
     """The bundle's manifest, checked for format and version."""
     with zipfile.ZipFile(bundle) as zf:
@@ -148,7 +187,9 @@ def measure_bundle(
 ) -> Path:
     """Measure every model of ``bundle`` and append rows to the CSV ``out``.
 
-    Writes ``out`` (one row per model) and ``out`` + ``.meta.json`` (device metadata).
+    Writes ``out`` (one row per model), ``out`` + ``.meta.json`` (device metadata) and,
+    for the calibration models, ``out`` + ``.profiles.jsonl`` (each node's kernel time
+    inside the whole model, from ONNX Runtime's profiler).
     Models already in ``out`` are skipped, so an interrupted run resumes.
 
     Args:
@@ -228,6 +269,10 @@ def measure_bundle(
                 )
                 row.update({k: f"{v:.6g}" for k, v in stats.items()}, status="ok", error="")
                 row["runs"] = int(stats["runs"])
+                if entry["kind"] == "calibration":
+                    nodes = profile_nodes(zf.read(entry["file"]), feeds, threads, provider)
+                    with profiles_path(out).open("a") as pf:
+                        pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
             except Exception as err:  # the provider cannot run it: record, don't crash
                 msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                 row.update(

@@ -84,8 +84,15 @@ def test_local_cpu_table_is_measured_once(mlp_setup, store, capsys) -> None:
     from frontier.latency_models import LOCAL_CPU, ensure_local_table
 
     task, model, x, space = mlp_setup
-    first = ensure_local_table(model, x, space, store=store, calibration=6, time_cap_s=0.02,
-                               calibration_data=task.calibration_batches())
+    first = ensure_local_table(
+        model,
+        x,
+        space,
+        store=store,
+        calibration=6,
+        time_cap_s=0.02,
+        calibration_data=task.calibration_batches(),
+    )
     assert "measuring" in capsys.readouterr().err
     assert store.names() == [LOCAL_CPU] and first.active_power_w > 0
     assert "CodeCarbon" in first.meta["power_source"]

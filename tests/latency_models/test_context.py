@@ -1,0 +1,50 @@
+import numpy as np
+
+from frontier.latency_models import LatencyModel
+from frontier.latency_models._context import attribute, boundary_features
+from frontier.latency_models._ops import OpSpec
+
+
+def test_attribute_splits_profile_by_op_names() -> None:
+    nodes = {
+        "/f/f.0/f.0.2/Clip_output_0_nchwc": ["Conv", 100.0],  # fused conv+clip of op 0
+        "/f/f.1/conv/Conv_quant_token_3": ["QLinearConv", 40.0],  # op 1 in INT8
+        "/f/f.1/Add_quant": ["QLinearAdd", 10.0],  # its residual add
+        "ReorderOutput_token_1": ["ReorderOutput", 5.0],
+        "/f/f.1/conv/Conv_output_0_QuantizeLinear": ["QuantizeLinear", 7.0],
+        "model_run": ["", 200.0],
+    }
+    op_nodes = [
+        [
+            "/f/f.0/f.0.0/Conv",
+            "/f/f.0/f.0.0/Conv_output_0",
+            "/f/f.0/f.0.2/Clip",
+            "/f/f.0/f.0.2/Clip_output_0",
+        ],
+        ["/f/f.1/conv/Conv", "/f/f.1/conv/Conv_output_0", "/f/f.1/Add", "/f/f.1/Add_output_0"],
+    ]
+    per_op, glue, run = attribute(nodes, op_nodes)
+    assert per_op == [0.1, 0.05] and glue == 0.012 and run == 0.2
+
+
+def _spec(precision: str, cin: int, cout: int) -> OpSpec:
+    return OpSpec("Conv", (), ((1, cin, 4, 4),), (1, cout, 4, 4), (), (1, 1), 1, precision)
+
+
+def test_boundary_features_count_int8_regions() -> None:
+    specs = [_spec("fp32", 3, 8), _spec("int8", 8, 8), _spec("int8", 8, 4), _spec("fp32", 4, 2)]
+    q, dq, n, const = boundary_features(specs)
+    assert q == 8 * 16 / 1e6 and dq == 4 * 16 / 1e6 and n == 2 and const == 1
+
+
+def test_runner_profiles_calibration_models_and_model_picks_calibration(measured, store) -> None:
+    out, manifest = measured
+    lines = (out.parent / "table.csv.profiles.jsonl").read_text().splitlines()
+    assert len(lines) == 8  # the calibration models
+    table = store.import_table(out, name="t", manifest=manifest)
+    assert len(table.profiles) == 8
+    lm = LatencyModel(table)
+    est = lm.predict_ops(lm.calibration_samples()[0].specs)
+    assert lm.method in ("sum", "groups", "context")
+    assert set(lm.method_cv) <= {"sum", "groups", "context"} and lm.method_cv
+    assert np.isfinite(est.latency_ms) and est.latency_ms > 0
