@@ -54,14 +54,10 @@ def case(
             calibration_data=calibration_data,
         )
     t_bundle = time.perf_counter() - t0
-    ops_only = tmp / f"{name}-ops.csv"
-    t0 = time.perf_counter()
-    measure_bundle(bundle, ops_only, device="local-cpu", kinds=("overhead", "op"), time_cap_s=0.3)
-    t_ops = time.perf_counter() - t0
     table_csv = tmp / f"{name}.csv"
-    ops_only.rename(table_csv)
-    Path(str(ops_only) + ".meta.json").rename(Path(str(table_csv) + ".meta.json"))
-    measure_bundle(bundle, table_csv, device="local-cpu", time_cap_s=1.0)
+    t0 = time.perf_counter()
+    measure_bundle(bundle, table_csv, device="local-cpu", time_cap_s=0.5)
+    t_measure = time.perf_counter() - t0
     store = DeviceStore(tmp / "store")
     table = store.import_table(table_csv, name=name, manifest=manifest)
     results = {}
@@ -77,10 +73,16 @@ def case(
             out_dir=tmp / name / label.split()[0],
         )
         results[label] = report
+        if calibrate:
+            results["method"] = (
+                f"{lm.method} (CV MAPE "
+                + ", ".join(f"{k} {v:.1%}" for k, v in lm.method_cv.items())
+                + ")"
+            )
     return {
         "ops": manifest["op_count"],
         "t_bundle": t_bundle,
-        "t_measure_ops": t_ops,
+        "t_measure": t_measure,
         "results": results,
     }
 
@@ -157,6 +159,7 @@ def main() -> None:
             f"\n{name}: {c['ops']} ops; bundle written in {c['t_bundle']:.0f} s; "
             f"ops measured in {c['t_measure_ops']:.0f} s"
         )
+        print(f"  calibration chosen: {c['results'].pop('method', 'none')}")
         for label, r in c["results"].items():
             print(
                 f"  {label:<20} within +/-10%: {r.within_10pct:6.1%} (target >= 95%)  "

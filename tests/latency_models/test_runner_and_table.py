@@ -127,3 +127,23 @@ def test_missing_column_and_unknown_device(tmp_path, store: DeviceStore) -> None
         read_table(bad)
     with pytest.raises(TableError, match="no device table named 'pi9'"):
         store.load("pi9")
+
+
+def test_runner_is_one_standalone_file(bundle, tmp_path) -> None:
+    """On a device: one copied file, onnxruntime and numpy, no Frontier, no torch."""
+    import shutil
+    import subprocess
+    import sys
+
+    import frontier.latency_models.runner as runner
+
+    path, manifest = bundle
+    shutil.copy(runner.__file__, tmp_path / "runner.py")
+    code = (
+        "import sys, runpy; sys.modules['frontier'] = None; sys.modules['torch'] = None; "
+        f"sys.argv = ['runner.py', {str(path)!r}, '--device', 'pi', '--out', 'pi.csv', "
+        "'--time-cap', '0.01']; runpy.run_path('runner.py', run_name='__main__')"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=300)
+    rows = list(csv.DictReader((tmp_path / "pi.csv").open()))
+    assert len(rows) == len(manifest["models"])
