@@ -145,6 +145,7 @@ class LatencyModel:
     method: str | None = None
     method_cv: dict[str, float] = field(default_factory=dict)
     _fitted: Any = field(default=None, repr=False)
+    _offload_model: LatencyModel | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
     _specs: dict[str, OpSpec] = field(default_factory=dict, repr=False)
 
@@ -206,19 +207,16 @@ class LatencyModel:
             )
         return _fit_fallback(f"{spec.kind}/{spec.precision}", specs, np.array(ms))
 
-    def register_specs(self, specs: list[OpSpec]) -> None:
-        """Tell the model the specs behind table keys (the fallback fits on their features)."""
-        for s in specs:
-            self._specs[s.key] = s
-
     def op_cost(self, spec: OpSpec) -> OpCost:
         if spec.kind in self.table.unsupported_types and self.offload is not None:
             row = self.offload.get(spec.key)
-            base = (
-                max(row.median_ms - self.offload.overhead_ms, 0.0)
-                if row is not None and row.status == "ok"
-                else LatencyModel(self.offload, calibrate=False)._fallback_with(self, spec)
-            )
+            if row is not None and row.status == "ok":
+                base = max(row.median_ms - self.offload.overhead_ms, 0.0)
+            else:
+                if self._offload_model is None:
+                    self._offload_model = LatencyModel(self.offload, calibrate=False)
+                    self._offload_model._specs = self._specs
+                base = self._offload_model._fallback(spec)
             gbps = float(self.table.meta.get("transfer_gbps", DEFAULT_TRANSFER_GBPS))
             fp32_bytes = 4 * (
                 sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape)
@@ -229,10 +227,6 @@ class LatencyModel:
         if row is not None and row.status == "ok":
             return OpCost(spec.key, spec.kind, self._op_ms(row), "table", energy_mj=row.energy_mj)
         return OpCost(spec.key, spec.kind, self._fallback(spec), "fallback")
-
-    def _fallback_with(self, other: LatencyModel, spec: OpSpec) -> float:
-        self._specs.update(other._specs)
-        return self._fallback(spec)
 
     def _group_sums(self, costs: list[OpCost]) -> np.ndarray:
         sums = dict.fromkeys(CALIBRATION_GROUPS, 0.0)
