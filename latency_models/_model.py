@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,9 @@ class OpCost:
     key: str
     kind: str
     latency_ms: float
-    source: str  # "table", "fallback" (predicted from same-type rows), "offload" (unsupported)
+    # "table", "fallback" (predicted from same-type rows), "offload" (unsupported type);
+    # "-dense" appended when a sparse op was priced as its dense twin (no sparse row)
+    source: str
     transfer_ms: float = 0.0
     energy_mj: float | None = None
 
@@ -39,7 +42,8 @@ class LatencyEstimate:
         latency_ms: the prediction (calibrated sum plus overhead).
         sum_ms: the uncalibrated sum of per-op latencies plus one overhead.
         ops: the per-op breakdown.
-        coverage: how many ops came from the table, the fallback and offloading.
+        coverage: how many ops came from the table, the fallback and offloading, and how
+            many sparse ops were priced as dense for want of a sparse-kernel row.
         energy_mj: energy per inference, when the table can price it.
     """
 
@@ -224,6 +228,10 @@ class LatencyModel:
             transfer_ms = fp32_bytes / (gbps * 1e9) * 1e3
             return OpCost(spec.key, spec.kind, base + transfer_ms, "offload", transfer_ms)
         row = self.table.get(spec.key)
+        if row is None and spec.sparsity > 0:
+            # No sparse-kernel row measured: zeros in a dense kernel cost what weights do.
+            dense = self.op_cost(spec.dense)
+            return dataclasses.replace(dense, key=spec.key, source=f"{dense.source}-dense")
         if row is not None and row.status == "ok":
             return OpCost(spec.key, spec.kind, self._op_ms(row), "table", energy_mj=row.energy_mj)
         return OpCost(spec.key, spec.kind, self._fallback(spec), "fallback")
@@ -335,9 +343,11 @@ class LatencyModel:
             latency = self._predict_with(self.method, self._fitted, specs)
         else:
             latency = raw
-        coverage = {"table": 0, "fallback": 0, "offload": 0}
+        coverage = {"table": 0, "fallback": 0, "offload": 0, "sparse_as_dense": 0}
         for c in costs:
-            coverage[c.source] += 1
+            source, _, dense = c.source.partition("-")
+            coverage[source] += 1
+            coverage["sparse_as_dense"] += bool(dense)
         return LatencyEstimate(
             latency_ms=latency,
             sum_ms=raw,

@@ -6,6 +6,7 @@ The same key names an op in the bundle, in the device table and in a prediction,
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
@@ -35,6 +36,13 @@ class OpSpec:
     precision: str
     act_attrs: tuple[tuple[str, Any], ...] = ()
     consts: tuple[tuple[int, tuple[int, ...], tuple[float, ...]], ...] = ()
+    #: unstructured weight sparsity; only a table row measured with a sparse kernel
+    #: prices it, otherwise the op costs what its dense twin costs
+    sparsity: float = 0.0
+
+    @property
+    def dense(self) -> OpSpec:
+        return dataclasses.replace(self, sparsity=0.0)
 
     @property
     def name(self) -> str:
@@ -65,6 +73,8 @@ class OpSpec:
         if self.op_type == "Conv":
             parts.append(f"g={self.groups}")
         parts.append(self.precision)
+        if self.sparsity > 0:
+            parts.append(f"sparse={self.sparsity:g}")
         return "|".join(parts)
 
     @property
@@ -102,6 +112,7 @@ class OpSpec:
             "precision": self.precision,
             "act_attrs": [[k, _jsonable(v)] for k, v in self.act_attrs],
             "consts": [[p, list(d), list(v)] for p, d, v in self.consts],
+            "sparsity": self.sparsity,
         }
 
     @classmethod
@@ -117,6 +128,7 @@ class OpSpec:
             precision=d["precision"],
             act_attrs=tuple((k, _untuple(v)) for k, v in d["act_attrs"]),
             consts=tuple((p, tuple(dims), tuple(v)) for p, dims, v in d["consts"]),
+            sparsity=float(d.get("sparsity", 0.0)),
         )
 
 
@@ -136,7 +148,9 @@ def _untuple(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
 
-def instantiate(t: OpTemplate, keep: dict[str, int], precision: str) -> OpSpec:
+def instantiate(
+    t: OpTemplate, keep: dict[str, int], precision: str, sparsity: float = 0.0
+) -> OpSpec:
     """The concrete op a template becomes under kept channel counts ``keep``."""
     return OpSpec(
         op_type=t.op_type,
@@ -149,6 +163,7 @@ def instantiate(t: OpTemplate, keep: dict[str, int], precision: str) -> OpSpec:
         precision=precision,
         act_attrs=t.act_attrs,
         consts=t.consts,
+        sparsity=sparsity,
     )
 
 
@@ -166,10 +181,11 @@ def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
     out = []
     for i, t in enumerate(templates.ops):
         precision = plan_precision(t, plan)
-        memo_key = (i, precision, *(keep[g] for g in t.group_names))
+        sparsity = plan.sparsity.get(t.module, 0.0) if t.op_type in WEIGHTED else 0.0
+        memo_key = (i, precision, sparsity, *(keep[g] for g in t.group_names))
         spec = templates.memo.get(memo_key)
         if spec is None:
-            spec = templates.memo[memo_key] = instantiate(t, keep, precision)
+            spec = templates.memo[memo_key] = instantiate(t, keep, precision, sparsity)
         out.append(spec)
     return out
 

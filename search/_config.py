@@ -66,6 +66,7 @@ class SpaceSection(_Section):
     )
     weight_bits: list[int] = Field(default=[4, 8, 16, 32], min_length=1)
     act_bits: list[int] = Field(default=[8, 32], min_length=1)
+    sparsity: list[float] = Field(default=[0.0], min_length=1)
     round_to: int = Field(default=1, ge=1)
     importance: Literal["l1", "taylor", "bn_scale"] = "l1"
     include: list[str] = Field(default_factory=list)
@@ -74,12 +75,12 @@ class SpaceSection(_Section):
     distill: DistillSection | None = None
     students: list[StudentSection] = Field(default_factory=list)
 
-    @field_validator("prune_ratios")
+    @field_validator("prune_ratios", "sparsity")
     @classmethod
     def _ratios(cls, values: list[float]) -> list[float]:
         for v in values:
             if not 0 <= v < 1:
-                raise ValueError(f"prune ratios must be in [0, 1), got {v}")
+                raise ValueError(f"values must be in [0, 1), got {v}")
         return values
 
     @field_validator("weight_bits", "act_bits")
@@ -114,6 +115,7 @@ class SpaceSection(_Section):
             prune_ratios=tuple(self.prune_ratios),
             weight_bits=tuple(self.weight_bits),
             act_bits=tuple(self.act_bits),
+            sparsity=tuple(self.sparsity),
             round_to=self.round_to,
             importance=self.importance,
             include=tuple(self.include),

@@ -42,7 +42,8 @@ def apply_plan(
     """Return a new model compressed as ``plan`` says; ``model`` is left untouched.
 
     Pruning physically removes channels through Torch-Pruning (least important first,
-    by ``plan.importance``). Bit widths below 32 are simulated with fake quantization
+    by ``plan.importance``); unstructured sparsity then zeroes each layer's smallest
+    weights behind a fixed mask. Bit widths below 32 are simulated with fake quantization
     (straight-through gradients); activation ranges are calibrated on
     ``calibration_data`` (batches of inputs, or (inputs, targets) pairs), or on the
     example inputs when none is given. Loader-style (inputs, targets) batches are read as
@@ -63,6 +64,7 @@ def apply_plan(
     else:
         new = copy.deepcopy(model)
     _prune(new, plan, example_inputs)
+    _sparsify(new, plan)
     _quantize(new, plan, example_inputs, calibration_data)
     return new
 
@@ -125,6 +127,17 @@ def _taylor_gradients(model: nn.Module, example_inputs: Any) -> None:
         out = run_model(model, example_inputs)
         out = out[0] if isinstance(out, tuple | list) else out
         out.float().pow(2).mean().backward()
+
+
+def _sparsify(model: nn.Module, plan: CompressionPlan) -> None:
+    shares = {name: r for name, r in plan.sparsity.items() if r > 0}
+    if not shares:
+        return
+    modules = dict(model.named_modules())
+    quantizable = [n for n, m in modules.items() if n and _quant.channel_axis(m) is not None]
+    check_names("sparsity", sorted(shares), quantizable)
+    for name, share in shares.items():
+        _quant.sparsify(modules[name], share)
 
 
 def _quantize(

@@ -34,6 +34,7 @@ class LayerCost:
     size_bytes: int
     macs: int
     bops: int
+    nonzero_weights: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,9 @@ class Cost:
 
     ``other_params``/``other_bytes`` are parameters outside quantizable layers (batch
     norm, embeddings), stored as FP32; ``other_macs`` are MACs outside them (functional
-    matmuls), priced at 32x32 bits in ``bops``.
+    matmuls), priced at 32x32 bits in ``bops``. Unstructured sparsity does not shrink
+    ``size_bytes`` or ``macs`` (dense storage and kernels); ``nonzero_weights`` counts
+    what a sparse format or kernel could exploit.
     """
 
     params: int
@@ -53,6 +56,7 @@ class Cost:
     other_params: int
     other_bytes: int
     other_macs: int
+    nonzero_weights: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +67,7 @@ class Cost:
             "other_params": self.other_params,
             "other_bytes": self.other_bytes,
             "other_macs": self.other_macs,
+            "nonzero_weights": self.nonzero_weights,
             "layers": [vars(layer) for layer in self.layers],
         }
 
@@ -131,6 +136,7 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
                 size_bytes=size,
                 macs=layer_macs,
                 bops=layer_macs * wbits * abits,
+                nonzero_weights=int(torch.count_nonzero(weight.detach())),
             )
         )
         for p in module.parameters(recurse=True):
@@ -150,4 +156,5 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
         other_params=other_params,
         other_bytes=4 * other_params,
         other_macs=other_macs,
+        nonzero_weights=sum(layer.nonzero_weights for layer in layers),
     )

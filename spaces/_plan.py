@@ -14,7 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION = 2
+#: Plan formats this Frontier reads (1 had no unstructured sparsity).
+READABLE_PLAN_FORMATS = (1, 2)
 
 #: Bit widths Frontier can simulate. 32 means "left in FP32", 16 half-precision weights.
 SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8, 16, 32)
@@ -102,6 +104,8 @@ class CompressionPlan:
         prune: prune ratio in [0, 1) per prunable group, keyed by the group's name.
         weight_bits: weight bit width per quantizable layer (32 = FP32, 16 = FP16).
         act_bits: input-activation bit width per quantizable layer (32 = FP32).
+        sparsity: unstructured magnitude sparsity per quantizable layer, in [0, 1): the
+            share of its weights set to zero (shapes stay; only sparse kernels gain).
         distill: distillation settings, or None for no distillation.
         student: student architecture, or None to compress the model itself.
         round_to: kept channel counts are multiples of this (hardware-friendly shapes).
@@ -111,6 +115,7 @@ class CompressionPlan:
     prune: dict[str, float] = field(default_factory=dict)
     weight_bits: dict[str, int] = field(default_factory=dict)
     act_bits: dict[str, int] = field(default_factory=dict)
+    sparsity: dict[str, float] = field(default_factory=dict)
     distill: DistillSpec | None = None
     student: StudentSpec | None = None
     round_to: int = 1
@@ -122,6 +127,8 @@ class CompressionPlan:
         for kind in ("weight_bits", "act_bits"):
             for name, bits in getattr(self, kind).items():
                 check_bits(f"{kind}[{name!r}]", bits)
+        for name, share in self.sparsity.items():
+            check_ratio(f"sparsity[{name!r}]", share)
         if isinstance(self.round_to, bool) or not isinstance(self.round_to, int):
             raise PlanError(f"round_to must be an integer >= 1, got {self.round_to!r}")
         if self.round_to < 1:
@@ -138,6 +145,7 @@ class CompressionPlan:
             "prune": dict(sorted(self.prune.items())),
             "weight_bits": dict(sorted(self.weight_bits.items())),
             "act_bits": dict(sorted(self.act_bits.items())),
+            "sparsity": dict(sorted(self.sparsity.items())),
             "distill": None
             if self.distill is None
             else {"temperature": self.distill.temperature, "alpha": self.distill.alpha},
@@ -179,6 +187,7 @@ class CompressionPlan:
             "prune",
             "weight_bits",
             "act_bits",
+            "sparsity",
             "distill",
             "student",
             "round_to",
@@ -188,13 +197,13 @@ class CompressionPlan:
         if unknown:
             raise PlanError(f"unknown plan key {unknown[0]!r}{_nearest(unknown[0], known)}")
         version = data.get("format_version", PLAN_FORMAT_VERSION)
-        if version != PLAN_FORMAT_VERSION:
+        if version not in READABLE_PLAN_FORMATS:
             raise PlanError(
-                f"format_version: this Frontier reads plan format {PLAN_FORMAT_VERSION}, "
-                f"got {version!r}"
+                f"format_version: this Frontier reads plan formats "
+                f"{list(READABLE_PLAN_FORMATS)}, got {version!r}"
             )
         tables: dict[str, dict[str, Any]] = {}
-        for kind in ("prune", "weight_bits", "act_bits"):
+        for kind in ("prune", "weight_bits", "act_bits", "sparsity"):
             table = data.get(kind, {}) or {}
             if not isinstance(table, Mapping):
                 raise PlanError(f"{kind} must be a mapping of layer name to value, got {table!r}")
@@ -205,6 +214,7 @@ class CompressionPlan:
             prune=tables["prune"],
             weight_bits=tables["weight_bits"],
             act_bits=tables["act_bits"],
+            sparsity=tables["sparsity"],
             distill=distill,
             student=student,
             round_to=data.get("round_to", 1),

@@ -69,6 +69,31 @@ class WeightFakeQuant(nn.Module):
         return _ste(weight, q)
 
 
+class SparseMask(nn.Module):
+    """Parametrization of a weight: unstructured sparsity, a fixed 0/1 mask (so zeros stay
+    zero through fine-tuning)."""
+
+    mask: torch.Tensor
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mask", mask)
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight * self.mask
+
+
+def sparsify(module: nn.Module, share: float) -> None:
+    """Zero the ``share`` of ``module``'s weights smallest in magnitude (kept as a mask)."""
+    weight: torch.Tensor = module.weight.detach()  # type: ignore[operator]
+    k = round(share * weight.numel())
+    if k <= 0:
+        return
+    mask = torch.ones_like(weight)
+    mask.view(-1)[torch.argsort(weight.abs().view(-1))[:k]] = 0.0
+    parametrize.register_parametrization(module, "weight", SparseMask(mask))
+
+
 class ActFakeQuant(nn.Module):
     """Per-tensor asymmetric fake quantization of a layer's input, with calibrated range."""
 
@@ -174,13 +199,18 @@ def _unparametrize(module: nn.Module) -> None:
     # the plain class and the original parameter is the whole undo.
     parametrizations: Any = module.parametrizations
     original = parametrizations["weight"].original
+    weight = original.detach()
+    for p in parametrizations["weight"]:
+        if isinstance(p, SparseMask):  # sparsity is structural: the zeros stay
+            weight = weight * p.mask
     del module._modules["parametrizations"]
     module.__class__ = type(module).__bases__[0]
-    module.register_parameter("weight", original)
+    module.register_parameter("weight", nn.Parameter(weight, requires_grad=original.requires_grad))
 
 
 def strip(model: nn.Module) -> nn.Module:
-    """Remove the simulation in place, keeping the original FP32 weights; returns ``model``."""
+    """Remove the quantization simulation in place, keeping the FP32 weights (with any
+    unstructured-sparsity zeros applied); returns ``model``."""
     for module in model.modules():
         if parametrize.is_parametrized(module, "weight"):
             _unparametrize(module)

@@ -63,6 +63,8 @@ class SpaceOptions:
         prune_ratios: the ratio grid each prunable group (or tie) chooses from.
         weight_bits: weight bit widths each quantizable layer chooses from (32 = FP32).
         act_bits: input-activation bit widths each quantizable layer chooses from.
+        sparsity: unstructured sparsity shares each quantizable layer chooses from
+            (``(0.0,)``, the default, searches none).
         round_to: kept channel counts are multiples of this.
         importance: channel-ranking criterion, "l1", "taylor" or "bn_scale".
         include: regexes (full match) of layer names to search; empty means all.
@@ -76,6 +78,7 @@ class SpaceOptions:
     prune_ratios: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
     weight_bits: tuple[int, ...] = (4, 8, 16, 32)
     act_bits: tuple[int, ...] = (8, 32)
+    sparsity: tuple[float, ...] = (0.0,)
     round_to: int = 1
     importance: str = "l1"
     include: tuple[str, ...] = ()
@@ -89,6 +92,10 @@ class SpaceOptions:
             raise SpaceError("prune_ratios must list at least one ratio, e.g. [0.0, 0.5]")
         for r in self.prune_ratios:
             check_ratio("prune_ratios", r)
+        if not self.sparsity:
+            raise SpaceError("sparsity must list at least one share, e.g. [0.0]")
+        for r in self.sparsity:
+            check_ratio("sparsity", r)
         for kind in ("weight_bits", "act_bits"):
             values = getattr(self, kind)
             if not values:
@@ -135,6 +142,7 @@ class QuantLayer:
     weight_bits: tuple[int, ...]
     act_bits: tuple[int, ...]
     tie: str | None = None
+    sparsity: tuple[float, ...] = (0.0,)
 
 
 @dataclass(frozen=True)
@@ -225,10 +233,14 @@ class SearchSpace:
         abits = {
             q.name: values.get(f"abits.{q.tie or q.name}", q.act_bits[0]) for q in space.layers
         }
+        sparse = {
+            q.name: values.get(f"sparse.{q.tie or q.name}", q.sparsity[0]) for q in space.layers
+        }
         return CompressionPlan(
             prune={k: float(v) for k, v in prune.items() if v > 0},
             weight_bits={k: int(v) for k, v in wbits.items() if v < 32},
             act_bits={k: int(v) for k, v in abits.items() if v < 32},
+            sparsity={k: float(v) for k, v in sparse.items() if v > 0},
             distill=distill,
             student=student,
             round_to=self.options.round_to,
@@ -252,12 +264,15 @@ class SearchSpace:
                         detail += f" in {len(members)} tied groups"
                     dims.append(Dimension(key, "prune ratio", ratios, detail))
         for q in self.layers:
-            for prefix, choices in (("wbits", q.weight_bits), ("abits", q.act_bits)):
+            for prefix, choices, kind in (
+                ("wbits", q.weight_bits, "weight bits"),
+                ("abits", q.act_bits, "activation bits"),
+                ("sparse", q.sparsity, "sparsity"),
+            ):
                 key = f"{prefix}.{q.tie or q.name}"
                 if len(choices) > 1 and key not in seen:
                     seen.add(key)
-                    kind = "weight bits" if prefix == "wbits" else "activation bits"
-                    dims.append(Dimension(key, kind, choices, q.kind))
+                    dims.append(Dimension(key, kind, tuple(choices), q.kind))
         return dims
 
     def dimensions(self) -> list[Dimension]:
@@ -325,6 +340,7 @@ class SearchSpace:
             check_names(kind, table, layers)
             for name, bits in table.items():
                 check_bits(f"{kind}[{name!r}]", bits, getattr(layers[name], kind))
+        check_names("sparsity", plan.sparsity, layers)
 
     def group(self, name: str) -> LayerGroup:
         for g in self.groups:
@@ -402,6 +418,7 @@ def discover(
             weight_bits=tuple(options.weight_bits),
             act_bits=tuple(options.act_bits),
             tie=_tie_of(name, options),
+            sparsity=tuple(options.sparsity),
         )
         for name, module in model.named_modules()
         if name and channel_axis(module) is not None and _selected(name, options)

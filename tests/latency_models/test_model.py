@@ -21,7 +21,12 @@ def test_prediction_sums_table_ops_plus_one_overhead(table, mlp_setup) -> None:
     lm = LatencyModel(table, calibrate=False)
     lm.bind(model, x, space)
     est = lm.predict(model, space.sample(0))
-    assert est.coverage == {"table": len(est.ops), "fallback": 0, "offload": 0}
+    assert est.coverage == {
+        "table": len(est.ops),
+        "fallback": 0,
+        "offload": 0,
+        "sparse_as_dense": 0,
+    }
     expected = sum(table.get(o.key).median_ms - table.overhead_ms for o in est.ops)
     assert est.latency_ms == pytest.approx(expected + table.overhead_ms)
     assert est.energy_mj == pytest.approx(est.latency_ms * 10.0)  # mJ = ms x W
@@ -102,3 +107,35 @@ def test_local_cpu_table_is_measured_once(mlp_setup, store, capsys) -> None:
     est = LatencyModel(again)
     est.bind(model, x, space)
     assert est.predict(model, space.sample(3)).coverage["fallback"] == 0
+
+
+def test_sparsity_only_pays_with_a_sparse_kernel_row(table, mlp_setup, ops) -> None:
+    import dataclasses
+
+    from frontier.latency_models import Row
+
+    _, model, x, space = mlp_setup
+    dense_plan = space.sample(4)
+    layer = "features.3"
+    sparse_plan = dataclasses.replace(dense_plan, sparsity={layer: 0.9})
+    lm = LatencyModel(table, calibrate=False)
+    lm.bind(model, x, space)
+    dense, sparse = lm.predict(model, dense_plan), lm.predict(model, sparse_plan)
+    assert sparse.latency_ms == pytest.approx(dense.latency_ms)  # no sparse kernel measured
+    assert sparse.coverage["sparse_as_dense"] == 1
+    spec = next(o for o in plan_ops(ops.templates[TEACHER], sparse_plan) if o.sparsity > 0)
+    dense_row = table.get(spec.dense.key)
+    fast = dataclasses.replace(
+        dense_row,
+        key=spec.key,
+        model_id="sparse-0",
+        median_ms=table.overhead_ms + 0.1 * (dense_row.median_ms - table.overhead_ms),
+    )
+    table.rows.append(fast)
+    table.__post_init__()
+    lm = LatencyModel(table, calibrate=False)
+    lm.bind(model, x, space)
+    measured = lm.predict(model, sparse_plan)
+    assert measured.coverage["sparse_as_dense"] == 0
+    assert measured.latency_ms < dense.latency_ms
+    assert isinstance(fast, Row)

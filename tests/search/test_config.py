@@ -24,7 +24,7 @@ def test_unknown_name_lists_builtins() -> None:
         ),
         (
             "space:\n  prune_ratios: [0.5, 1.2]\n",
-            "space.prune_ratios: prune ratios must be in [0, 1), got 1.2",
+            "space.prune_ratios: values must be in [0, 1), got 1.2",
         ),
         ("space:\n  weight_bits: [8, 12]\n", "space.weight_bits: bit widths must be among"),
         ("space:\n  importance: l7\n", "space.importance"),

@@ -161,3 +161,36 @@ def test_student_plan_builds_the_student(mlp) -> None:
     student = apply_plan(mlp, plan, x)
     assert student(x).shape == (1, 10)
     assert student.features[1].out_features == 32  # 256 * 0.25 = 64, pruned by half
+
+
+def test_unstructured_sparsity_zeroes_smallest_weights_and_stays(mlp) -> None:
+    x = torch.randn(8, 64)
+    plan = CompressionPlan(sparsity={"1": 0.75}, weight_bits={"1": 8}, act_bits={"1": 8})
+    sparse = apply_plan(mlp, plan, x, calibration_data=[x])
+    weight = sparse[1].weight
+    assert weight.shape == mlp[1].weight.shape
+    assert float((weight == 0).float().mean()) >= 0.75
+    kept = mlp[1].weight.abs()[weight != 0]
+    dropped = mlp[1].weight.abs()[weight == 0]
+    assert kept.min() >= dropped.max()  # magnitude: the smallest went
+    opt = torch.optim.SGD(sparse.parameters(), lr=0.1)
+    sparse(x).pow(2).sum().backward()
+    opt.step()
+    assert float((sparse[1].weight == 0).float().mean()) >= 0.75  # zeros survive training
+    base = model_cost(mlp, CompressionPlan(weight_bits={"1": 8}, act_bits={"1": 8}), x[:1])
+    cost = model_cost(sparse, plan, x[:1])
+    assert cost.macs == base.macs and cost.size_bytes == base.size_bytes  # dense kernels
+    assert cost.nonzero_weights < base.nonzero_weights
+
+
+def test_sparsity_survives_export(mlp, tmp_path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    x = torch.randn(1, 64)
+    plan = CompressionPlan(sparsity={"1": 0.5})
+    result = export_onnx(apply_plan(mlp, plan, x), plan, x, tmp_path / "s.onnx")
+    weights = {
+        i.name: numpy_helper.to_array(i) for i in onnx.load(str(result.path)).graph.initializer
+    }
+    assert (weights["1.weight"] == 0).mean() >= 0.5

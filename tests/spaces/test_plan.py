@@ -2,7 +2,14 @@ import json
 
 import pytest
 
-from frontier.spaces import CompressionPlan, DistillSpec, PlanError, StudentSpec, discover
+from frontier.spaces import (
+    PLAN_FORMAT_VERSION,
+    CompressionPlan,
+    DistillSpec,
+    PlanError,
+    StudentSpec,
+    discover,
+)
 
 
 def full_plan() -> CompressionPlan:
@@ -10,6 +17,7 @@ def full_plan() -> CompressionPlan:
         prune={"1": 0.5},
         weight_bits={"1": 4, "3": 8},
         act_bits={"3": 8},
+        sparsity={"3": 0.75},
         distill=DistillSpec(temperature=4.0, alpha=0.9),
         student=None,
         round_to=8,
@@ -21,7 +29,12 @@ def test_json_round_trip_is_identity() -> None:
     plan = full_plan()
     again = CompressionPlan.from_json(json.dumps(json.loads(plan.to_json())))
     assert again == plan
-    assert json.loads(plan.to_json())["format_version"] == 1
+    assert json.loads(plan.to_json())["format_version"] == PLAN_FORMAT_VERSION == 2
+
+
+def test_format_1_plans_still_load() -> None:
+    old = {"format_version": 1, "prune": {"1": 0.5}, "weight_bits": {}, "act_bits": {}}
+    assert CompressionPlan.from_dict(old) == CompressionPlan(prune={"1": 0.5})
 
 
 def test_student_round_trip() -> None:
@@ -35,6 +48,7 @@ def test_student_round_trip() -> None:
         ({"prunee": {}}, "unknown plan key 'prunee'; did you mean 'prune'"),
         ({"prune": {"1": 1.0}}, "ratio must be in [0, 1), got 1.0"),
         ({"prune": {"1": -0.1}}, "got -0.1"),
+        ({"sparsity": {"1": 1.5}}, "sparsity['1']: ratio must be in [0, 1), got 1.5"),
         ({"weight_bits": {"1": 9}}, "bit width must be one of"),
         ({"distill": {"temperature": 0}}, "distill.temperature must be > 0"),
         ({"distill": {"alpha": 2}}, "distill.alpha must be in [0, 1]"),
@@ -47,6 +61,7 @@ def test_student_round_trip() -> None:
         "unknown-key",
         "ratio-one",
         "ratio-negative",
+        "sparsity",
         "bits-nine",
         "temperature-zero",
         "alpha-two",

@@ -115,3 +115,14 @@ def test_unprunable_model_still_gets_a_space() -> None:
     assert space.layers, "quantization dimensions remain"
     assert space.skipped
     assert isinstance(model, nn.Module)
+
+
+def test_sparsity_dimension(mlp) -> None:
+    space = discover(mlp, torch.randn(1, 64), SpaceOptions(sparsity=(0.0, 0.5, 0.9)))
+    names = [d.name for d in space.dimensions()]
+    assert "sparse.1" in names and "sparse.5" in names
+    plans = [space.sample(s) for s in range(20)]
+    assert any(p.sparsity for p in plans)
+    for p in plans:
+        assert set(p.sparsity.values()) <= {0.5, 0.9}
+        space.validate(p)
