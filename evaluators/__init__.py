@@ -1,4 +1,48 @@
-"""How good a compressed model is, one Evaluator per objective (accuracy, size, latency,
-energy, carbon). Empty until the evaluators issue lands; nothing here is public yet."""
+"""How good a compressed model is, one Evaluator per objective.
 
-__all__: list[str] = []
+Objective names carry units and devices: ``accuracy``, ``size_bytes``, ``macs``,
+``bops``, ``latency_ms@pi4``, ``energy_mj@pi4``, ``co2e_g``. ``build_evaluator(name)``
+returns the evaluator; calling it on a ``Candidate`` and an ``EvalContext`` returns a
+``Measurement`` (value, unit, fidelity, wall time).
+"""
+
+from ._accuracy import FIDELITIES, AccuracyEvaluator, distill, kd_loss, proxy_signals
+from ._base import (
+    MAXIMIZE,
+    MINIMIZE,
+    Candidate,
+    EvalContext,
+    EvaluationError,
+    Evaluator,
+    Measurement,
+    build_evaluator,
+    evaluator_names,
+    register_evaluator,
+)
+from ._cost import BopsEvaluator, MacsEvaluator, SizeEvaluator
+from ._hardware import CarbonEvaluator, CarbonScenario, EnergyEvaluator, LatencyEvaluator
+
+__all__ = [
+    "FIDELITIES",
+    "MAXIMIZE",
+    "MINIMIZE",
+    "AccuracyEvaluator",
+    "BopsEvaluator",
+    "Candidate",
+    "CarbonEvaluator",
+    "CarbonScenario",
+    "EnergyEvaluator",
+    "EvalContext",
+    "EvaluationError",
+    "Evaluator",
+    "LatencyEvaluator",
+    "MacsEvaluator",
+    "Measurement",
+    "SizeEvaluator",
+    "build_evaluator",
+    "distill",
+    "evaluator_names",
+    "kd_loss",
+    "proxy_signals",
+    "register_evaluator",
+]

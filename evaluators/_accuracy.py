@@ -1,0 +1,237 @@
+"""Accuracy as a fidelity ladder: zero-cost proxies, a short distillation fine-tune, and
+fine-tuning to convergence."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from frontier.spaces import CompressionPlan
+
+from ._base import MAXIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
+
+FIDELITIES = ("proxy", "short", "full")
+
+
+def kd_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float,
+    alpha: float,
+) -> torch.Tensor:
+    """alpha * T^2 * KL(student/T || teacher/T) + (1 - alpha) * cross-entropy."""
+    ce = F.cross_entropy(student_logits, targets)
+    if alpha == 0:
+        return ce
+    t = temperature
+    kl = F.kl_div(
+        F.log_softmax(student_logits / t, dim=-1),
+        F.softmax(teacher_logits / t, dim=-1),
+        reduction="batchmean",
+    )
+    return alpha * t * t * kl + (1 - alpha) * ce
+
+
+def _cycle(loader: Any) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def _accuracy(model: nn.Module, loader: Any) -> float:
+    was = model.training
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += int((model(x).argmax(dim=-1) == y).sum())
+            total += len(y)
+    model.train(was)
+    return correct / max(total, 1)
+
+
+def distill(
+    student: nn.Module,
+    teacher: nn.Module,
+    loaders: Any,
+    *,
+    steps: int,
+    temperature: float,
+    alpha: float,
+    lr: float,
+    seed: int,
+    patience: int | None = None,
+    eval_every: int = 0,
+) -> list[float]:
+    """Fine-tune ``student`` with knowledge distillation from ``teacher`` (left unchanged).
+
+    With ``patience``, validation accuracy is checked every ``eval_every`` steps and the
+    run stops after ``patience`` checks without improvement, restoring the best weights.
+
+    Returns:
+        The training loss of every step.
+    """
+    torch.manual_seed(seed)
+    teacher.eval()
+    student.train()
+    opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=lr)
+    losses: list[float] = []
+    best_acc, best_state, bad = -1.0, None, 0
+    batches = _cycle(loaders.train)
+    for step in range(1, steps + 1):
+        x, y = next(batches)
+        with torch.no_grad():
+            t_logits = teacher(x)
+        loss = kd_loss(student(x), t_logits, y, temperature=temperature, alpha=alpha)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if patience is not None and eval_every and step % eval_every == 0:
+            acc = _accuracy(student, loaders.val)
+            if acc > best_acc:
+                best_acc, bad = acc, 0
+                best_state = copy.deepcopy(student.state_dict())
+            else:
+                bad += 1
+                if bad >= patience:
+                    break
+    if best_state is not None:
+        student.load_state_dict(best_state)
+    student.eval()
+    return losses
+
+
+def proxy_signals(model: nn.Module, teacher: nn.Module, batch: Any) -> dict[str, float]:
+    """Zero-cost signals on one held-out batch: top-1 agreement with the teacher, minus
+    the KL divergence from the teacher, and a gradient-saliency score (sum |g * w| of
+    the cross-entropy, SNIP-style, normalised per weight)."""
+    x, y = batch
+    model = copy.deepcopy(model)
+    model.eval()
+    with torch.no_grad():
+        t_logits = teacher(x)
+    logits = model(x)
+    agreement = float((logits.argmax(-1) == t_logits.argmax(-1)).float().mean())
+    kl = float(F.kl_div(F.log_softmax(logits, -1), F.softmax(t_logits, -1), reduction="batchmean"))
+    model.zero_grad()
+    F.cross_entropy(logits, y).backward()
+    saliency, count = 0.0, 0
+    for p in model.parameters():
+        if p.grad is not None and p.dim() > 1:
+            saliency += float((p.grad * p.detach()).abs().sum())
+            count += p.numel()
+    return {"agreement": agreement, "neg_kl": -kl, "saliency": saliency / max(count, 1)}
+
+
+@register_evaluator("accuracy")
+class AccuracyEvaluator(Evaluator):
+    """The task metric (top-1 accuracy) at one fidelity.
+
+    - ``proxy``: no training; the ``signal`` of ``proxy_signals`` on a validation batch.
+    - ``short``: ``steps`` steps of distillation fine-tuning, then validation accuracy.
+    - ``full``: distillation to convergence with early stopping on validation, then test
+      accuracy.
+
+    Temperature and alpha come from the plan's distillation settings; a plan without
+    them fine-tunes on cross-entropy alone (alpha 0), unless ``temperature``/``alpha``
+    are given here.
+
+    Args:
+        fidelity: "proxy", "short" or "full".
+        steps: fine-tuning steps of ``short`` (and the cap of ``full``, x ``full_factor``).
+        lr: Adam learning rate.
+        batch_size: fine-tuning batch size.
+        signal: the proxy signal reported as the value.
+        temperature, alpha: distillation settings for plans that carry none.
+    """
+
+    name, unit, direction = "accuracy", "fraction", MAXIMIZE
+
+    def __init__(
+        self,
+        *,
+        fidelity: str = "short",
+        steps: int = 100,
+        lr: float = 1e-3,
+        batch_size: int = 64,
+        signal: str = "agreement",
+        temperature: float | None = None,
+        alpha: float | None = None,
+        full_factor: int = 50,
+        patience: int = 4,
+    ) -> None:
+        if fidelity not in FIDELITIES:
+            raise ValueError(f"accuracy: fidelity must be one of {FIDELITIES}, got {fidelity!r}")
+        if signal not in ("agreement", "neg_kl", "saliency"):
+            raise ValueError(f"accuracy: unknown proxy signal {signal!r}")
+        if steps < 1:
+            raise ValueError(f"accuracy: steps must be >= 1, got {steps}")
+        self.fidelity = fidelity
+        self.steps = steps
+        self.lr = lr
+        self.batch_size = batch_size
+        self.signal = signal
+        self.temperature = temperature
+        self.alpha = alpha
+        self.full_factor = full_factor
+        self.patience = patience
+
+    def _kd(self, plan: CompressionPlan) -> tuple[float, float]:
+        if plan.distill is not None:
+            return plan.distill.temperature, plan.distill.alpha
+        return (self.temperature or 1.0), (self.alpha if self.alpha is not None else 0.0)
+
+    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        loaders = context.task.loaders(batch_size=self.batch_size)
+        compressed = context.compressed(candidate)
+        if self.fidelity == "proxy":
+            batch = next(iter(context.task.loaders(batch_size=256).val))
+            signals = proxy_signals(compressed, context.teacher, batch)
+            return Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
+        student = copy.deepcopy(compressed)
+        temperature, alpha = self._kd(candidate.plan)
+        if self.fidelity == "short":
+            losses = distill(
+                student,
+                context.teacher,
+                loaders,
+                steps=self.steps,
+                temperature=temperature,
+                alpha=alpha,
+                lr=self.lr,
+                seed=context.seed,
+            )
+            value = _accuracy(student, loaders.val)
+            split = "val"
+        else:
+            epoch = max(len(loaders.train), 1)
+            losses = distill(
+                student,
+                context.teacher,
+                loaders,
+                steps=self.steps * self.full_factor,
+                temperature=temperature,
+                alpha=alpha,
+                lr=self.lr,
+                seed=context.seed,
+                patience=self.patience,
+                eval_every=epoch,
+            )
+            value = _accuracy(student, loaders.test)
+            split = "test"
+        details = {
+            "split": split,
+            "steps": len(losses),
+            "temperature": temperature,
+            "alpha": alpha,
+            "first_loss": losses[0],
+            "last_loss": losses[-1],
+        }
+        return Measurement(value, "fraction", self.fidelity, 0.0, details)

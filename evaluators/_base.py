@@ -1,0 +1,146 @@
+"""The evaluator interface: one Evaluator per objective, a registry, and the context."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from frontier.spaces import CompressionPlan, Registry, apply_plan
+
+MAXIMIZE = "maximize"
+MINIMIZE = "minimize"
+
+
+class EvaluationError(RuntimeError):
+    """An evaluator failed on a candidate; the message names both."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One objective value of one candidate.
+
+    Attributes:
+        value: the number.
+        unit: its unit ("fraction", "bytes", "ms", "mJ", "gCO2e", "MACs").
+        fidelity: how it was obtained ("exact", "proxy", "short", "full", "table", ...).
+        wall_s: seconds the evaluation took.
+        details: anything else worth logging (plain data).
+    """
+
+    value: float
+    unit: str
+    fidelity: str
+    wall_s: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    """A plan to evaluate; the compressed model is built once, on first use."""
+
+    plan: CompressionPlan
+    id: str = ""
+    _model: nn.Module | None = field(default=None, repr=False)
+
+
+@dataclass
+class EvalContext:
+    """What evaluators need besides the candidate: the task, the teacher and devices.
+
+    Args:
+        task: the task (loaders, metric, example inputs).
+        teacher: the uncompressed, trained model; evaluators never change it.
+        latency: device name -> a LatencyModel bound to ``teacher`` and the space.
+        seed: seed of every random choice an evaluator makes.
+    """
+
+    task: Any
+    teacher: nn.Module
+    latency: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    _calibration: list[Any] | None = field(default=None, repr=False)
+
+    @property
+    def example_inputs(self) -> Any:
+        return self.task.example_inputs()
+
+    def calibration(self) -> list[Any]:
+        if self._calibration is None:
+            self._calibration = self.task.calibration_batches()
+        return self._calibration
+
+    def compressed(self, candidate: Candidate) -> nn.Module:
+        """The candidate's compressed model (built from the teacher on first use)."""
+        if candidate._model is None:
+            candidate._model = apply_plan(
+                self.teacher,
+                candidate.plan,
+                self.example_inputs,
+                calibration_data=self.calibration(),
+            )
+        return candidate._model
+
+
+class Evaluator(ABC):
+    """One objective. Subclasses set ``name``, ``unit``, ``direction`` and implement
+    ``evaluate``; call the evaluator (``ev(candidate, context)``) to get errors that
+    name the candidate and the evaluator, and the wall time filled in."""
+
+    name: str = "objective"
+    unit: str = ""
+    direction: str = MINIMIZE
+
+    @abstractmethod
+    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        """Measure ``candidate``."""
+
+    def __call__(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        start = time.perf_counter()
+        try:
+            m = self.evaluate(candidate, context)
+        except EvaluationError:
+            raise
+        except Exception as err:
+            raise EvaluationError(
+                f"evaluator {self.name!r} failed on candidate {candidate.id or '?'}: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        return Measurement(m.value, m.unit, m.fidelity, time.perf_counter() - start, m.details)
+
+
+EvaluatorFactory = Callable[..., Evaluator]
+_EVALUATORS: Registry[EvaluatorFactory] = Registry("evaluator")
+
+
+def register_evaluator(name: str) -> Callable[[EvaluatorFactory], EvaluatorFactory]:
+    """Decorator registering an evaluator factory under an objective name (the part of
+    ``latency_ms@pi4`` before the ``@``)."""
+    return _EVALUATORS.register(name)
+
+
+def evaluator_names() -> list[str]:
+    return _EVALUATORS.names()
+
+
+def build_evaluator(objective: str, **options: Any) -> Evaluator:
+    """The evaluator of an objective name: ``accuracy``, ``size_bytes``, ``macs``,
+    ``bops``, ``latency_ms@DEVICE``, ``energy_mj@DEVICE``, ``co2e_g`` (see the README).
+
+    Args:
+        objective: the objective name, a device after ``@`` where it takes one.
+        options: keyword arguments for the evaluator.
+    """
+    base, _, device = objective.partition("@")
+    factory = _EVALUATORS.get(base)
+    if factory is None:
+        raise ValueError(
+            f"objective {objective!r}: unknown evaluator {base!r}; known: {evaluator_names()}"
+        )
+    if device:
+        options = {**options, "device": device}
+    return factory(**options)

@@ -1,0 +1,154 @@
+"""Objectives priced on devices: latency, energy and the carbon of a deployment."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ._base import MINIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
+
+WORST = "worst"
+
+
+def _devices(context: EvalContext, device: str) -> list[str]:
+    if device == WORST:
+        if not context.latency:
+            raise ValueError("latency_ms@worst needs at least one device's latency model")
+        return sorted(context.latency)
+    if device not in context.latency:
+        raise ValueError(
+            f"no latency model for device {device!r}; have: {sorted(context.latency) or 'none'}"
+        )
+    return [device]
+
+
+@register_evaluator("latency_ms")
+class LatencyEvaluator(Evaluator):
+    """Predicted latency on a device (``latency_ms@pi4``), or the worst over every device
+    of the context (``latency_ms@worst``), from its LatencyModel."""
+
+    unit, direction = "ms", MINIMIZE
+
+    def __init__(self, *, device: str) -> None:
+        self.device = device
+        self.name = f"latency_ms@{device}"
+
+    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        per_device = {}
+        for d in _devices(context, self.device):
+            est = context.latency[d].predict(context.teacher, candidate.plan)
+            per_device[d] = est
+        worst = max(per_device, key=lambda d: per_device[d].latency_ms)
+        est = per_device[worst]
+        details = {"device": worst, "coverage": est.coverage, "sum_ms": est.sum_ms}
+        if len(per_device) > 1:
+            details["per_device_ms"] = {d: e.latency_ms for d, e in per_device.items()}
+        return Measurement(est.latency_ms, "ms", "table", 0.0, details)
+
+
+@register_evaluator("energy_mj")
+class EnergyEvaluator(Evaluator):
+    """Energy of one inference on a device in mJ: the table's measured energy column, or
+    predicted latency x the device's active power."""
+
+    unit, direction = "mJ", MINIMIZE
+
+    def __init__(self, *, device: str) -> None:
+        self.device = device
+        self.name = f"energy_mj@{device}"
+
+    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        (device,) = _devices(context, self.device)
+        est = context.latency[device].predict(context.teacher, candidate.plan)
+        if est.energy_mj is None:
+            raise ValueError(
+                f"device {device!r} has neither an energy column nor active_power_w; "
+                "import its table with --power-w"
+            )
+        return Measurement(est.energy_mj, "mJ", "table", 0.0, {"latency_ms": est.latency_ms})
+
+
+@dataclass(frozen=True)
+class CarbonScenario:
+    """A deployment: how often the model runs, for how long, and on which grid.
+
+    Args:
+        inferences_per_day: inferences a day, over the whole deployment.
+        days: how long it runs.
+        country_iso: ISO 3166-1 alpha-3 code of the grid (CodeCarbon's energy-mix data).
+        cloud: ``provider:region`` (e.g. ``gcp:europe-west1``) instead of a country.
+        pue: power usage effectiveness of the site (1.0 for an edge device).
+        intensity_g_per_kwh: a fixed grid intensity, overriding the lookups.
+    """
+
+    inferences_per_day: float = 1e6
+    days: float = 365.0
+    country_iso: str = "FRA"
+    cloud: str | None = None
+    pue: float = 1.0
+    intensity_g_per_kwh: float | None = None
+
+    def intensity(self) -> tuple[float, str]:
+        """Grid carbon intensity in gCO2e/kWh, and where it came from."""
+        if self.intensity_g_per_kwh is not None:
+            return float(self.intensity_g_per_kwh), "given"
+        from codecarbon.input import DataSource
+
+        source = DataSource()
+        if self.cloud:
+            provider, _, region = self.cloud.partition(":")
+            df = source.get_cloud_emissions_data()
+            rows = df[(df["provider"] == provider) & (df["region"] == region)]
+            if rows.empty:
+                raise ValueError(f"carbon.cloud: unknown cloud region {self.cloud!r}")
+            return float(rows["impact"].iloc[0]), f"CodeCarbon cloud data {self.cloud}"
+        mix = source.get_global_energy_mix_data()
+        if self.country_iso not in mix:
+            raise ValueError(f"carbon.country_iso: unknown country {self.country_iso!r}")
+        entry = mix[self.country_iso]
+        return float(entry["carbon_intensity"]), (
+            f"CodeCarbon energy mix {self.country_iso} ({entry.get('year', '?')})"
+        )
+
+    def co2e_g(self, energy_mj: float) -> float:
+        """Operational gCO2e of the deployment at ``energy_mj`` per inference."""
+        intensity, _ = self.intensity()
+        kwh = energy_mj / 1000.0 / 3.6e6 * self.inferences_per_day * self.days
+        return kwh * self.pue * intensity
+
+
+@register_evaluator("co2e_g")
+class CarbonEvaluator(Evaluator):
+    """Operational gCO2e of a deployment scenario on a device (``co2e_g@pi4``; without a
+    device, the context's only device)."""
+
+    unit, direction = "gCO2e", MINIMIZE
+
+    def __init__(self, *, device: str | None = None, scenario: Any = None) -> None:
+        self.device = device
+        self.scenario = (
+            scenario if isinstance(scenario, CarbonScenario) else CarbonScenario(**(scenario or {}))
+        )
+        self.name = "co2e_g" if device is None else f"co2e_g@{device}"
+
+    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        device = self.device
+        if device is None:
+            if len(context.latency) != 1:
+                raise ValueError("co2e_g: name the device (co2e_g@NAME) when there are several")
+            device = next(iter(context.latency))
+        energy = EnergyEvaluator(device=device).evaluate(candidate, context)
+        intensity, source = self.scenario.intensity()
+        return Measurement(
+            self.scenario.co2e_g(energy.value),
+            "gCO2e",
+            "table",
+            0.0,
+            {
+                "energy_mj": energy.value,
+                "intensity_g_per_kwh": intensity,
+                "intensity_source": source,
+                "scenario": asdict(self.scenario),
+                "device": device,
+            },
+        )

@@ -1,0 +1,161 @@
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from frontier.evaluators import (
+    Candidate,
+    CarbonScenario,
+    EvalContext,
+    EvaluationError,
+    Evaluator,
+    build_evaluator,
+    distill,
+    evaluator_names,
+)
+from frontier.experiments import DigitsTask
+from frontier.spaces import CompressionPlan, DistillSpec
+
+
+@pytest.fixture(scope="module")
+def digits() -> DigitsTask:
+    return DigitsTask(model="mlp")
+
+
+@pytest.fixture
+def context(digits) -> EvalContext:
+    return EvalContext(task=digits, teacher=digits.baseline())
+
+
+def test_registry_and_objective_names() -> None:
+    assert {"accuracy", "size_bytes", "macs", "bops", "latency_ms", "energy_mj", "co2e_g"} <= set(
+        evaluator_names()
+    )
+    ev = build_evaluator("latency_ms@pi4")
+    assert ev.name == "latency_ms@pi4" and ev.unit == "ms" and ev.direction == "minimize"
+    assert build_evaluator("accuracy").direction == "maximize"
+    with pytest.raises(ValueError, match="unknown evaluator 'latncy_ms'"):
+        build_evaluator("latncy_ms@pi4")
+
+
+def test_size_of_a_hand_computed_plan(context) -> None:
+    plan = CompressionPlan(
+        prune={"features.1": 0.5},
+        weight_bits={"features.1": 4},
+        act_bits={"features.1": 8},
+        round_to=8,
+    )
+    m = build_evaluator("size_bytes")(Candidate(plan, id="c1"), context)
+    # features.1: 64 -> 128 kept of 256, 4-bit weights + (scale, zero point) per channel,
+    # FP32 biases, one activation qparam pair; features.3: 128 -> 128 FP32; classifier FP32
+    first = 64 * 128 // 2 + 128 * 5 + 128 * 4 + 5
+    second = (128 * 128 + 128) * 4
+    classifier = (128 * 10 + 10) * 4
+    assert m.value == first + second + classifier and m.unit == "bytes"
+    onnx = build_evaluator("size_bytes", format="onnx")(Candidate(plan, id="c1"), context)
+    assert onnx.details["accounted_bytes"] == m.value and onnx.value > 0
+
+
+def test_macs_and_bops(context) -> None:
+    plan = CompressionPlan(weight_bits={"classifier": 8}, act_bits={"classifier": 8})
+    macs = build_evaluator("macs")(Candidate(plan), context)
+    bops = build_evaluator("bops")(Candidate(plan), context)
+    assert macs.value == 64 * 256 + 256 * 128 + 128 * 10
+    assert bops.value == (64 * 256 + 256 * 128) * 32 * 32 + 128 * 10 * 8 * 8
+
+
+def _stub_latency(latency_ms: float, power_w: float | None):
+    def predict(model, plan):
+        energy = latency_ms * power_w if power_w is not None else None
+        return SimpleNamespace(
+            latency_ms=latency_ms, energy_mj=energy, coverage={}, sum_ms=latency_ms
+        )
+
+    return SimpleNamespace(predict=predict)
+
+
+def test_energy_is_latency_times_power(context) -> None:
+    context.latency = {"pi4": _stub_latency(20.0, 3.5), "jetson": _stub_latency(5.0, 10.0)}
+    c = Candidate(CompressionPlan())
+    assert build_evaluator("energy_mj@pi4")(c, context).value == pytest.approx(70.0)
+    worst = build_evaluator("latency_ms@worst")(c, context)
+    assert worst.value == 20.0 and worst.details["device"] == "pi4"
+    context.latency = {"npu": _stub_latency(1.0, None)}
+    with pytest.raises(EvaluationError, match="neither an energy column nor active_power_w"):
+        build_evaluator("energy_mj@npu")(c, context)
+
+
+def test_carbon_arithmetic_with_fixed_intensity(context) -> None:
+    scenario = CarbonScenario(inferences_per_day=1000, days=10, pue=1.5, intensity_g_per_kwh=500)
+    # 3.6 mJ x 10,000 inferences = 36 J = 1e-5 kWh; x 1.5 PUE x 500 g/kWh
+    assert scenario.co2e_g(3.6) == pytest.approx(0.0075)
+    context.latency = {"pi4": _stub_latency(2.0, 1.8)}
+    m = build_evaluator("co2e_g", scenario=scenario)(Candidate(CompressionPlan()), context)
+    assert m.value == pytest.approx(0.0075) and m.details["scenario"]["pue"] == 1.5
+
+
+def test_grid_intensity_from_codecarbon() -> None:
+    france, source = CarbonScenario(country_iso="FRA").intensity()
+    poland, _ = CarbonScenario(country_iso="POL").intensity()
+    assert 0 < france < poland and "CodeCarbon" in source
+    with pytest.raises(ValueError, match="unknown country 'XXX'"):
+        CarbonScenario(country_iso="XXX").intensity()
+
+
+def test_distillation_loss_falls_and_teacher_is_untouched(digits, context) -> None:
+    teacher = context.teacher
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    student = build_student_like(teacher)
+    losses = distill(
+        student,
+        teacher,
+        digits.loaders(batch_size=64),
+        steps=200,
+        temperature=4.0,
+        alpha=0.9,
+        lr=1e-3,
+        seed=0,
+    )
+    first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
+    assert last < 0.7 * first, (first, last)
+    plan = CompressionPlan(prune={"features.1": 0.5}, distill=DistillSpec(4.0, 0.7))
+    for fidelity in ("proxy", "short", "full"):
+        build_evaluator("accuracy", fidelity=fidelity, steps=20)(Candidate(plan), context)
+    for k, v in teacher.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def build_student_like(teacher: nn.Module) -> nn.Module:
+    from frontier.spaces import StudentSpec, build_student
+
+    return build_student(
+        StudentSpec("mlp", width_mult=0.25), num_classes=10, example_inputs=torch.zeros(1, 1, 8, 8)
+    )
+
+
+def test_short_fine_tune_recovers_accuracy(context) -> None:
+    plan = CompressionPlan(prune={"features.1": 0.75, "features.3": 0.75}, round_to=8)
+    c = Candidate(plan, id="p75")
+    proxy = build_evaluator("accuracy", fidelity="proxy")(c, context)
+    short = build_evaluator("accuracy", fidelity="short", steps=150)(c, context)
+    assert short.fidelity == "short" and short.details["split"] == "val"
+    assert short.value > 0.9 and short.value >= proxy.details["agreement"] - 0.05
+    assert set(proxy.details) == {"agreement", "neg_kl", "saliency"}
+
+
+def test_a_failing_evaluator_names_candidate_and_evaluator(context) -> None:
+    class Broken(Evaluator):
+        name = "broken_metric"
+
+        def evaluate(self, candidate, context):
+            raise RuntimeError("device fell over")
+
+    with pytest.raises(
+        EvaluationError,
+        match="evaluator 'broken_metric' failed on candidate trial-7: "
+        "RuntimeError: device fell over",
+    ):
+        Broken()(Candidate(CompressionPlan(), id="trial-7"), context)
+    with pytest.raises(EvaluationError, match="no latency model for device 'pi9'"):
+        build_evaluator("latency_ms@pi9")(Candidate(CompressionPlan(), id="t"), context)
