@@ -44,16 +44,21 @@ def _cycle(loader: Any) -> Iterator[Any]:
         yield from loader
 
 
-def _accuracy(model: nn.Module, loader: Any) -> float:
+def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    return float((logits.argmax(dim=-1) == targets).float().mean())
+
+
+def _accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> float:
+    """The task metric over ``loader``, each batch weighted by its size."""
     was = model.training
     model.eval()
-    correct = total = 0
+    total, weighted = 0, 0.0
     with torch.no_grad():
         for x, y in loader:
-            correct += int((model(x).argmax(dim=-1) == y).sum())
+            weighted += metric(model(x), y) * len(y)
             total += len(y)
     model.train(was)
-    return correct / max(total, 1)
+    return weighted / max(total, 1)
 
 
 def distill(
@@ -108,12 +113,32 @@ def distill(
     return losses
 
 
-def proxy_signals(model: nn.Module, teacher: nn.Module, batch: Any) -> dict[str, float]:
+def recalibrate_bn(model: nn.Module, batches: list[Any]) -> None:
+    """Re-estimate batch-norm statistics on a few batches (no gradient step): pruning
+    and quantization shift activations, and stale statistics hide what survives."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms or not batches:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches
+    model.train()
+    with torch.no_grad():
+        for batch in batches:
+            model(batch[0] if isinstance(batch, tuple | list) else batch)
+    model.eval()
+
+
+def proxy_signals(
+    model: nn.Module, teacher: nn.Module, batch: Any, bn_batches: list[Any] | None = None
+) -> dict[str, float]:
     """Zero-cost signals on one held-out batch: top-1 agreement with the teacher, minus
     the KL divergence from the teacher, and a gradient-saliency score (sum |g * w| of
-    the cross-entropy, SNIP-style, normalised per weight)."""
+    the cross-entropy, SNIP-style, normalised per weight). With ``bn_batches``, batch
+    norm statistics are re-estimated on them first (forward passes only)."""
     x, y = batch
     model = copy.deepcopy(model)
+    recalibrate_bn(model, bn_batches or [])
     model.eval()
     with torch.no_grad():
         t_logits = teacher(x)
@@ -132,7 +157,7 @@ def proxy_signals(model: nn.Module, teacher: nn.Module, batch: Any) -> dict[str,
 
 @register_evaluator("accuracy")
 class AccuracyEvaluator(Evaluator):
-    """The task metric (top-1 accuracy) at one fidelity.
+    """The task's metric (top-1 accuracy for the built-in tasks) at one fidelity.
 
     - ``proxy``: no training; the ``signal`` of ``proxy_signals`` on a validation batch.
     - ``short``: ``steps`` steps of distillation fine-tuning, then validation accuracy.
@@ -193,7 +218,7 @@ class AccuracyEvaluator(Evaluator):
         compressed = context.compressed(candidate)
         if self.fidelity == "proxy":
             batch = next(iter(context.task.loaders(batch_size=256).val))
-            signals = proxy_signals(compressed, context.teacher, batch)
+            signals = proxy_signals(compressed, context.teacher, batch, context.calibration())
             return Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
         student = copy.deepcopy(compressed)
         temperature, alpha = self._kd(candidate.plan)
@@ -208,7 +233,7 @@ class AccuracyEvaluator(Evaluator):
                 lr=self.lr,
                 seed=context.seed,
             )
-            value = _accuracy(student, loaders.val)
+            value = _accuracy(student, loaders.val, context.task.metric)
             split = "val"
         else:
             epoch = max(len(loaders.train), 1)
@@ -224,7 +249,7 @@ class AccuracyEvaluator(Evaluator):
                 patience=self.patience,
                 eval_every=epoch,
             )
-            value = _accuracy(student, loaders.test)
+            value = _accuracy(student, loaders.test, context.task.metric)
             split = "test"
         details = {
             "split": split,

@@ -134,6 +134,22 @@ class SpaceSection(_Section):
         )
 
 
+class CarbonSection(_Section):
+    """The deployment scenario priced by the ``co2e_g`` objective."""
+
+    inferences_per_day: float = Field(default=1e6, gt=0)
+    days: float = Field(default=365.0, gt=0)
+    country_iso: str = Field(default="FRA", min_length=3, max_length=3)
+    cloud: str | None = None
+    pue: float = Field(default=1.0, ge=1.0)
+    intensity_g_per_kwh: float | None = Field(default=None, ge=0)
+
+    def scenario(self) -> Any:
+        from frontier.evaluators import CarbonScenario
+
+        return CarbonScenario(**self.model_dump())
+
+
 class Config(_Section):
     """A whole Frontier config. Later sections (objectives, search, ...) extend it."""
 
@@ -141,6 +157,7 @@ class Config(_Section):
     description: str = ""
     task: TaskSection = Field(default_factory=TaskSection)
     space: SpaceSection = Field(default_factory=SpaceSection)
+    carbon: CarbonSection = Field(default_factory=CarbonSection)
 
 
 def _format_errors(source: str, err: ValidationError) -> str:

@@ -44,6 +44,16 @@ def test_errors_name_file_field_value(tmp_path, yaml_text: str, needle: str) -> 
     assert needle in str(err.value)
 
 
+def test_carbon_scenario_section(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("carbon:\n  inferences_per_day: 1000\n  country_iso: POL\n  pue: 1.2\n")
+    scenario = load_config(path).carbon.scenario()
+    assert scenario.inferences_per_day == 1000 and scenario.pue == 1.2
+    path.write_text("carbon:\n  pue: 0.5\n")
+    with pytest.raises(ConfigError, match="carbon.pue: Input should be greater than or equal to 1"):
+        load_config(path)
+
+
 def test_parse_config_defaults() -> None:
     config = parse_config({})
     assert config.task.name == "digits"
