@@ -159,3 +159,17 @@ def test_a_failing_evaluator_names_candidate_and_evaluator(context) -> None:
         Broken()(Candidate(CompressionPlan(), id="trial-7"), context)
     with pytest.raises(EvaluationError, match="no latency model for device 'pi9'"):
         build_evaluator("latency_ms@pi9")(Candidate(CompressionPlan(), id="t"), context)
+
+
+def test_student_plan_is_distilled_from_the_teacher(context) -> None:
+    from frontier.spaces import StudentSpec
+
+    plan = CompressionPlan(
+        student=StudentSpec("mlp", width_mult=0.5), distill=DistillSpec(temperature=4.0, alpha=0.5)
+    )
+    c = Candidate(plan, id="student")
+    untrained = build_evaluator("accuracy", fidelity="proxy")(c, context)
+    trained = build_evaluator("accuracy", fidelity="short", steps=300)(c, context)
+    assert untrained.value < 0.5 < 0.85 < trained.value  # random init, then distilled
+    size = build_evaluator("size_bytes")(c, context).value
+    assert size < build_evaluator("size_bytes")(Candidate(CompressionPlan()), context).value
