@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from frontier.spaces import SearchSpace, apply_plan, build_student, export_onnx
+from frontier.spaces import (
+    SearchSpace,
+    apply_plan,
+    build_student,
+    export_onnx,
+    quantize_onnx_int8,
+)
 
 from ._ops import OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
 from ._templates import Templates, build_templates
@@ -71,41 +77,18 @@ def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> Spac
 
 
 def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
     rng = np.random.default_rng(0)
-    batches = [
+    feeds = [
         {
             f"x{i}": rng.standard_normal(s).astype(np.float32)
             for i, s in enumerate(spec.input_shapes)
         }
         for _ in range(2)
     ]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter(batches)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
-
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(model_bytes)
-        quantize_static(
-            str(src),
-            str(dst),
-            Reader(),
-            quant_format=QuantFormat.QOperator,
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-            activation_type=QuantType.QUInt8,
-        )
+        quantize_onnx_int8(src, dst, feeds)
         return dst.read_bytes()
 
 

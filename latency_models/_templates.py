@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from frontier.spaces import CompressionPlan, SearchSpace, kept_channels
-from frontier.spaces._export import onnx_module_name
+from frontier.spaces import CompressionPlan, SearchSpace, kept_channels, onnx_module_name
 
 #: Activations ONNX Runtime fuses into the convolution or GEMM before them.
 FUSED_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh"}

@@ -288,10 +288,8 @@ def measure_bundle(
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="frontier-runner", description="Measure a Frontier op bundle on this device."
-    )
+def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
+    """The measuring options, shared by this runner and ``frontier lut measure``."""
     parser.add_argument("bundle", help="the ops.zip bundle")
     parser.add_argument("--device", required=True, help="a name for this device, e.g. pi4")
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
@@ -299,17 +297,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--time-cap", type=float, default=0.5, help="seconds per model")
-    args = parser.parse_args(argv)
+
+
+def measure_from_args(args: argparse.Namespace) -> Path:
+    """Run ``measure_bundle`` with options parsed by ``add_measure_arguments``."""
+    return measure_bundle(
+        args.bundle,
+        args.out,
+        device=args.device,
+        provider=args.provider,
+        threads=args.threads,
+        batch_size=args.batch_size,
+        time_cap_s=args.time_cap,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="frontier-runner", description="Measure a Frontier op bundle on this device."
+    )
+    add_measure_arguments(parser)
     try:
-        measure_bundle(
-            args.bundle,
-            args.out,
-            device=args.device,
-            provider=args.provider,
-            threads=args.threads,
-            batch_size=args.batch_size,
-            time_cap_s=args.time_cap,
-        )
+        measure_from_args(parser.parse_args(argv))
     except (ValueError, OSError, zipfile.BadZipFile, KeyError) as err:
         print(f"runner: error: {err}", file=sys.stderr)
         return 2

@@ -135,17 +135,9 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_measure(args: argparse.Namespace) -> int:
-    from frontier.latency_models import measure_bundle
+    from frontier.latency_models.runner import measure_from_args
 
-    out = measure_bundle(
-        args.bundle,
-        args.out,
-        device=args.device,
-        provider=args.provider,
-        threads=args.threads,
-        batch_size=args.batch_size,
-        time_cap_s=args.time_cap,
-    )
+    out = measure_from_args(args)
     print(f"wrote {out} and {out}.meta.json")
     return 0
 
@@ -216,6 +208,8 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from frontier.latency_models.runner import add_measure_arguments
+
     parser = argparse.ArgumentParser(
         prog="frontier",
         description="Hardware-aware compression search for PyTorch models.",
@@ -251,13 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_lut_ops)
 
     e = lsub.add_parser("measure", help="measure a bundle on this device (the device runner)")
-    e.add_argument("bundle")
-    e.add_argument("--device", required=True, help="a name for the device, e.g. pi4")
-    e.add_argument("--out", required=True, help="the table CSV (resumed if it exists)")
-    e.add_argument("--provider", default="CPUExecutionProvider")
-    e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--batch-size", type=int, default=1)
-    e.add_argument("--time-cap", type=float, default=0.5, help="seconds per model (default 0.5)")
+    add_measure_arguments(e)
     e.set_defaults(func=cmd_lut_measure)
 
     e = lsub.add_parser("import", help="validate a measured table and store it")

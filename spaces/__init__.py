@@ -7,7 +7,7 @@ compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deploy
 
 from ._apply import ApplyError, apply_plan, kept_channels
 from ._cost import Cost, LayerCost, count_macs, model_cost
-from ._export import ExportResult, export_onnx
+from ._export import ExportResult, export_onnx, onnx_module_name, quantize_onnx_int8
 from ._forward import SpaceError
 from ._plan import (
     IMPORTANCE_CRITERIA,
@@ -73,7 +73,9 @@ __all__ = [
     "export_onnx",
     "kept_channels",
     "model_cost",
+    "onnx_module_name",
     "quant_bits",
+    "quantize_onnx_int8",
     "register_student",
     "student_families",
 ]

@@ -7,7 +7,7 @@ import json
 import logging
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,12 +202,6 @@ def _quantize_int8(
     calibration_data: Iterable[Any] | None,
 ) -> None:
     import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
 
     proto = _inline_identity_initializers(onnx.load(str(fp32_path)))
     onnx.save(proto, str(fp32_path))
@@ -235,20 +229,47 @@ def _quantize_int8(
                 for name, t in zip(input_names, tensors, strict=True)
             }
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = batches()
+    quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude)
 
+
+def quantize_onnx_int8(
+    src: str | Path,
+    dst: str | Path,
+    feeds: Iterable[dict[str, np.ndarray]],
+    *,
+    exclude: Sequence[str] = (),
+) -> None:
+    """Static INT8 quantization as Frontier exports it: QOperator format, per-channel
+    symmetric INT8 weights, UINT8 activations calibrated on ``feeds`` (input name ->
+    array). The one place these settings live, so measured op models and exported whole
+    models are quantized alike.
+
+    Args:
+        src: the FP32 ONNX file.
+        dst: where to write the INT8 file.
+        feeds: calibration batches.
+        exclude: node names to keep in FP32.
+    """
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    iterator = iter(feeds)
+
+    class Reader(CalibrationDataReader):
         def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
+            return next(iterator, None)
 
     quantize_static(
-        str(fp32_path),
-        str(out_path),
+        str(src),
+        str(dst),
         Reader(),
         quant_format=QuantFormat.QOperator,
         per_channel=True,
         weight_type=QuantType.QInt8,
         activation_type=QuantType.QUInt8,
-        nodes_to_exclude=exclude,
+        nodes_to_exclude=list(exclude),
     )

@@ -85,7 +85,7 @@ def test_low_bits_export_fp32_with_metadata(task: DigitsTask, tmp_path) -> None:
     ids=["top", "resnet", "downsample", "nested-sequential", "mobilenet-block"],
 )
 def test_onnx_node_names_map_to_modules(node: str, module: str) -> None:
-    from frontier.spaces._export import onnx_module_name
+    from frontier.spaces import onnx_module_name
 
     assert onnx_module_name(node) == module
 
