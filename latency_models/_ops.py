@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from frontier.spaces import CompressionPlan, SearchSpace, kept_channels
+from frontier.spaces import CompressionPlan, SearchSpace, int8_layers, kept_channels
 
 from ._templates import WEIGHTED, OpTemplate, Templates
 
@@ -167,20 +167,20 @@ def instantiate(
     )
 
 
-def plan_precision(t: OpTemplate, plan: CompressionPlan) -> str:
-    """INT8 where the plan puts a weighted layer at 8-bit weights and inputs (what
-    ``export_onnx`` runs as INT8); everything else runs in FP32."""
-    int8 = plan.weight_bits.get(t.module) == 8 and plan.act_bits.get(t.module) == 8
-    return "int8" if t.op_type in WEIGHTED and t.module and int8 else "fp32"
+def plan_precision(t: OpTemplate, int8: set[str]) -> str:
+    """INT8 for a weighted op whose layer ``export_onnx`` runs as INT8 (``int8``, from
+    ``int8_layers(plan)``); everything else runs in FP32."""
+    return "int8" if t.op_type in WEIGHTED and t.module in int8 else "fp32"
 
 
 def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
     """The ops a model compressed by ``plan`` runs (memoized per template and shape, since
     a search asks for the same few shapes over and over)."""
     keep = templates.keep(plan)
+    int8 = set(int8_layers(plan))
     out = []
     for i, t in enumerate(templates.ops):
-        precision = plan_precision(t, plan)
+        precision = plan_precision(t, int8)
         sparsity = plan.sparsity.get(t.module, 0.0) if t.op_type in WEIGHTED else 0.0
         memo_key = (i, precision, sparsity, *(keep[g] for g in t.group_names))
         spec = templates.memo.get(memo_key)

@@ -7,7 +7,13 @@ compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deploy
 
 from ._apply import ApplyError, apply_plan, kept_channels
 from ._cost import Cost, LayerCost, count_macs, model_cost
-from ._export import ExportResult, export_onnx, onnx_module_name, quantize_onnx_int8
+from ._export import (
+    ExportResult,
+    export_onnx,
+    int8_layers,
+    onnx_module_name,
+    quantize_onnx_int8,
+)
 from ._forward import SpaceError
 from ._plan import (
     IMPORTANCE_CRITERIA,
@@ -71,6 +77,7 @@ __all__ = [
     "count_macs",
     "discover",
     "export_onnx",
+    "int8_layers",
     "kept_channels",
     "model_cost",
     "onnx_module_name",

@@ -67,6 +67,22 @@ def onnx_module_name(node_name: str) -> str:
     return ".".join(names)
 
 
+def _plan_bits(plan: CompressionPlan) -> dict[str, list[int]]:
+    return {
+        n: [plan.weight_bits.get(n, 32), plan.act_bits.get(n, 32)]
+        for n in sorted(set(plan.weight_bits) | set(plan.act_bits))
+    }
+
+
+def int8_layers(plan: CompressionPlan) -> list[str]:
+    """The layers ``export_onnx`` runs as INT8 for ``plan``: those at 8-bit weights and
+    inputs, unless some layer is below 8 bits (then the whole export is FP32)."""
+    bits = _plan_bits(plan)
+    if any(min(b) < 8 for b in bits.values()):
+        return []
+    return sorted(n for n, (w, a) in bits.items() if w == 8 and a == 8)
+
+
 def export_onnx(
     model: nn.Module,
     plan: CompressionPlan,
@@ -103,11 +119,8 @@ def export_onnx(
     fp32 = strip(copy.deepcopy(model)).eval()
     input_names = [f"input{i}" if len(args) > 1 else "input" for i in range(len(args))]
     axes = {name: {0: "batch"} for name in [*input_names, "output"]}
-    quantized = {
-        n: [plan.weight_bits.get(n, 32), plan.act_bits.get(n, 32)]
-        for n in sorted(set(plan.weight_bits) | set(plan.act_bits))
-    }
-    int8 = sorted(n for n, (w, a) in quantized.items() if w == 8 and a == 8)
+    quantized = _plan_bits(plan)
+    int8 = int8_layers(plan)
     too_low = {n: b for n, b in quantized.items() if min(b) < 8}
     with tempfile.TemporaryDirectory() as tmp:
         fp32_path = Path(tmp) / "fp32.onnx" if int8 and not too_low else path

@@ -65,3 +65,36 @@ def test_mobilenet_ops_follow_runtime_fusion() -> None:
     assert not any(o.op_type in ("Clip", "Add") for o in found.ops)
     plan_keys = plan_ops(found.templates[TEACHER], CompressionPlan())
     assert sum(o.op_type == "Conv" for o in plan_keys) == 52
+
+
+def test_op_precision_follows_what_export_runs(tmp_path) -> None:
+    """An op is INT8 exactly when export_onnx runs its layer in INT8 (a plan with any
+    layer below 8 bits exports all-FP32)."""
+    import warnings
+
+    from frontier.spaces import export_onnx
+
+    task = DigitsTask(model="mlp")
+    model, x = task.baseline(), task.example_inputs()
+    space = discover(
+        model,
+        x,
+        SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(4, 8, 32), act_bits=(8, 32), round_to=8),
+    )
+    found = space_ops(model, x, space)
+    modules = {t.module: t for t in found.templates[TEACHER].ops if t.module}
+    seen_low = False
+    for seed in range(12):
+        plan = space.sample(seed)
+        seen_low |= any(b < 8 for b in plan.weight_bits.values())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = export_onnx(apply_plan(model, plan, x), plan, x, tmp_path / f"{seed}.onnx")
+        ops = plan_ops(found.templates[TEACHER], plan)
+        int8 = {
+            t.module
+            for t, o in zip(found.templates[TEACHER].ops, ops, strict=True)
+            if o.precision == "int8"
+        }
+        assert int8 == set(result.int8_layers), seed
+    assert seen_low and modules
