@@ -116,6 +116,7 @@ def write_bundle(
     calibration_data: Any = None,
     name: str = "",
     progress: Callable[[str, int, int, float], None] = _progress,
+    ops: SpaceOps | None = None,
 ) -> dict[str, Any]:
     """Write the op bundle of ``space`` to ``out`` and return its manifest.
 
@@ -126,9 +127,12 @@ def write_bundle(
 
     FP16 op variants are not written: ONNX Runtime's CPU provider runs few FP16 kernels,
     and Frontier exports 16-bit layers as FP32 (``export_onnx``).
+
+    ``ops`` is ``space_ops(model, example_inputs, space)`` when the caller already has
+    it (computing it exports the model).
     """
     out = Path(out)
-    found = space_ops(model, example_inputs, space)
+    found = ops if ops is not None else space_ops(model, example_inputs, space)
     entries: list[dict[str, Any]] = []
     start = time.perf_counter()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:

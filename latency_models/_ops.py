@@ -19,8 +19,6 @@ from frontier.spaces import CompressionPlan, SearchSpace, int8_layers, kept_chan
 
 from ._templates import WEIGHTED, OpTemplate, Templates
 
-PRECISIONS = ("fp32", "int8")
-
 
 @dataclass(frozen=True)
 class OpSpec:

@@ -95,6 +95,7 @@ def ensure_local_table(
             calibration=calibration,
             calibration_data=calibration_data,
             name=LOCAL_CPU,
+            ops=found,
         )
         out = Path(tmp) / "table.csv"
         measure_bundle(bundle, out, device=LOCAL_CPU, threads=threads, time_cap_s=time_cap_s)

@@ -153,13 +153,14 @@ def cmd_lut_import(args: argparse.Namespace) -> int:
     if args.unsupported:
         meta["unsupported_ops"] = args.unsupported
     manifest = read_manifest(Path(args.bundle)) if args.bundle else None
-    table = _store(args).import_table(
+    store = _store(args)
+    table = store.import_table(
         args.table, name=args.name, meta=meta, manifest=manifest, merge=args.merge
     )
     s = table.summary()
     print(
         f"imported {args.name}: {s['ops']} ops ({s['ops_ok']} measured), "
-        f"{s['calibration_models']} calibration models, into {_store(args).root}"
+        f"{s['calibration_models']} calibration models, into {store.root}"
     )
     return 0
 

@@ -35,9 +35,7 @@ _ACT_ATTR = "frontier_act_quant"
 
 def channel_axis(module: nn.Module) -> int | None:
     """The output-channel axis of a quantizable module's weight, or None if not one."""
-    for kind, axis in QUANT_TYPES.items():
-        if type(module) is kind:
-            return axis
+    # ConvTranspose* do not subclass Conv*, so the first isinstance match is the kind.
     for kind, axis in QUANT_TYPES.items():
         if isinstance(module, kind):
             return axis

@@ -342,12 +342,6 @@ class SearchSpace:
                 check_bits(f"{kind}[{name!r}]", bits, getattr(layers[name], kind))
         check_names("sparsity", plan.sparsity, layers)
 
-    def group(self, name: str) -> LayerGroup:
-        for g in self.groups:
-            if g.name == name:
-                return g
-        raise KeyError(name)
-
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(re.fullmatch(p, name) for p in patterns)
