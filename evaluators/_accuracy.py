@@ -214,12 +214,19 @@ class AccuracyEvaluator(Evaluator):
         return (self.temperature or 1.0), (self.alpha if self.alpha is not None else 0.0)
 
     def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+        return self.fit(candidate, context)[1]
+
+    def fit(self, candidate: Candidate, context: EvalContext) -> tuple[nn.Module, Measurement]:
+        """The model this fidelity scores and its measurement: the compressed model
+        itself for ``proxy``, the fine-tuned copy for ``short`` and ``full``. Seeded by
+        the context, so the same candidate gives the same model again (what the search
+        exports for a front member)."""
         loaders = context.task.loaders(batch_size=self.batch_size)
         compressed = context.compressed(candidate)
         if self.fidelity == "proxy":
             batch = next(iter(context.task.loaders(batch_size=256).val))
             signals = proxy_signals(compressed, context.teacher, batch, context.calibration())
-            return Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
+            return compressed, Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
         student = copy.deepcopy(compressed)
         temperature, alpha = self._kd(candidate.plan)
         if self.fidelity == "short":
@@ -259,4 +266,4 @@ class AccuracyEvaluator(Evaluator):
             "first_loss": losses[0],
             "last_loss": losses[-1],
         }
-        return Measurement(value, "fraction", self.fidelity, 0.0, details)
+        return student, Measurement(value, "fraction", self.fidelity, 0.0, details)

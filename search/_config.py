@@ -6,11 +6,14 @@ configs load by name (``digits-mcu``), others by path.
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from frontier.spaces import SUPPORTED_BITS, DistillOptions, SpaceOptions, StudentSpec
 
@@ -150,14 +153,181 @@ class CarbonSection(_Section):
         return CarbonScenario(**self.model_dump())
 
 
+SAMPLERS = ("nsga2", "tpe", "gp", "random")
+_CONSTRAINT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w@.\-]*)\s*(?P<op><=|>=)\s*(?P<bound>\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``objective <= bound`` or ``objective >= bound``; feasible when ``violation <= 0``."""
+
+    objective: str
+    op: str
+    bound: float
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        """Parse ``"latency_ms@pi4 <= 20"``; raises ValueError naming the text."""
+        m = _CONSTRAINT.match(text)
+        if m is None:
+            raise ValueError(
+                f"constraint {text!r} must read 'OBJECTIVE <= NUMBER' or 'OBJECTIVE >= NUMBER'"
+            )
+        try:
+            bound = float(m["bound"])
+        except ValueError:
+            raise ValueError(f"constraint {text!r}: bound {m['bound']!r} is not a number") from None
+        if not math.isfinite(bound):
+            raise ValueError(f"constraint {text!r}: bound must be finite")
+        return cls(m["name"], m["op"], bound)
+
+    def violation(self, value: float) -> float:
+        """How far ``value`` is past the bound (<= 0 when satisfied)."""
+        return value - self.bound if self.op == "<=" else self.bound - value
+
+    def holds(self, value: float) -> bool:
+        return self.violation(value) <= 0
+
+    def __str__(self) -> str:
+        return f"{self.objective} {self.op} {self.bound:g}"
+
+
+def _check_objective_name(name: str) -> str:
+    from frontier.evaluators import evaluator_names
+
+    base, _, device = name.partition("@")
+    if base not in evaluator_names():
+        raise ValueError(f"unknown objective {base!r}; known: {', '.join(evaluator_names())}")
+    if base in ("latency_ms", "energy_mj") and not device:
+        raise ValueError(f"{base} needs a device: {base}@DEVICE (e.g. {base}@local-cpu)")
+    return name
+
+
+class ObjectiveSection(_Section):
+    """One objective: an evaluator name (``latency_ms@local-cpu``) and its options."""
+
+    name: str
+    direction: Literal["minimize", "maximize"] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        return _check_objective_name(name)
+
+
+class FidelitySection(_Section):
+    """The accuracy rungs, cheapest first, and the share of each rung's front promoted."""
+
+    rungs: list[Literal["proxy", "short", "full"]] = Field(default=["short", "full"], min_length=1)
+    promote: float = Field(default=0.25, gt=0, le=1)
+
+    @field_validator("rungs")
+    @classmethod
+    def _ordered(cls, rungs: list[str]) -> list[str]:
+        order = ["proxy", "short", "full"]
+        if [order.index(r) for r in rungs] != sorted({order.index(r) for r in rungs}):
+            raise ValueError(
+                f"rungs must be distinct and ordered proxy < short < full, got {rungs}"
+            )
+        return rungs
+
+
+class SearchSection(_Section):
+    sampler: Literal["nsga2", "tpe", "gp", "random"] = "nsga2"
+    trials: int = Field(default=200, ge=1)
+    seed: int = 0
+    population: int = Field(default=20, ge=2)
+    fidelity: FidelitySection = Field(default_factory=FidelitySection)
+
+
+class BackendSection(_Section):
+    kind: Literal["local", "ray"] = "local"
+    workers: int = Field(default=1, ge=1)
+    address: str | None = None
+    cpus_per_trial: float = Field(default=1.0, gt=0)
+    gpus_per_trial: float = Field(default=0.0, ge=0)
+    max_retries: int = Field(default=2, ge=0)
+
+
+class TrackingSection(_Section):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str | None = None
+    export_front: bool = True
+
+
 class Config(_Section):
-    """A whole Frontier config. Later sections (objectives, search, ...) extend it."""
+    """A whole Frontier config."""
 
     name: str = "experiment"
     description: str = ""
     task: TaskSection = Field(default_factory=TaskSection)
     space: SpaceSection = Field(default_factory=SpaceSection)
     carbon: CarbonSection = Field(default_factory=CarbonSection)
+    objectives: list[ObjectiveSection] = Field(
+        default_factory=lambda: [
+            ObjectiveSection(name="accuracy"),
+            ObjectiveSection(name="size_bytes"),
+        ],
+        min_length=1,
+    )
+    constraints: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    device_store: str | None = None
+    search: SearchSection = Field(default_factory=SearchSection)
+    backend: BackendSection = Field(default_factory=BackendSection)
+    storage: str | None = None
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*", name):
+            raise ValueError("name must be letters, digits, '_', '-' or '.'")
+        return name
+
+    @field_validator("objectives", mode="before")
+    @classmethod
+    def _shorthand(cls, values: Any) -> Any:
+        if isinstance(values, list):
+            return [{"name": v} if isinstance(v, str) else v for v in values]
+        return values
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints(cls, values: list[str]) -> list[str]:
+        for v in values:
+            _check_objective_name(Constraint.parse(v).objective)
+        return values
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        names = [o.name for o in self.objectives]
+        if len(set(names)) != len(names):
+            raise ValueError(f"objectives: each objective once, got {names}")
+        if self.backend.kind == "local" and self.backend.address:
+            raise ValueError("backend.address needs backend.kind: ray")
+        return self
+
+    def parsed_constraints(self) -> list[Constraint]:
+        return [Constraint.parse(c) for c in self.constraints]
+
+    def metric_names(self) -> list[str]:
+        """Objectives first, then what only a constraint names."""
+        names = [o.name for o in self.objectives]
+        for c in self.parsed_constraints():
+            if c.objective not in names:
+                names.append(c.objective)
+        return names
+
+    def device_names(self) -> list[str]:
+        """Every device an objective, a constraint or ``devices`` names (not ``worst``)."""
+        found = list(self.devices)
+        for name in self.metric_names():
+            device = name.partition("@")[2]
+            if device and device != "worst" and device not in found:
+                found.append(device)
+        return found
 
 
 def _format_errors(source: str, err: ValidationError) -> str:

@@ -1,0 +1,175 @@
+"""Where trials run: in this process, in N local worker processes, or on a Ray cluster.
+
+Every backend runs the same job (``evaluate_job``: score one plan at one rung) and hands
+back a ``TrialResult`` or the exception that ended it. The Optuna study stays in the
+driver, which asks, tells and writes MLflow; backends only move work.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._evaluation import Evaluation, TrialResult, evaluate_job
+
+#: Ray must stay on loopback here; a real cluster's address comes from --address
+LOOPBACK_RAY_IP = "127.0.0.2"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: a plan (plain data) scored at one rung."""
+
+    plan: dict[str, Any]
+    rung: int
+
+
+class Backend(ABC):
+    """Runs jobs; ``slots`` of them at once."""
+
+    slots: int = 1
+    name: str = "backend"
+
+    @abstractmethod
+    def submit(self, job: Job) -> Any:
+        """Start ``job``; returns a handle."""
+
+    @abstractmethod
+    def wait(self, handles: list[Any]) -> list[tuple[Any, TrialResult | BaseException]]:
+        """Block until at least one handle is done; return each done one's outcome."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release workers."""
+
+
+class InProcess(Backend):
+    """Runs each job in the driver when it is submitted (the default, lowest overhead)."""
+
+    name = "local"
+
+    def __init__(self, evaluation: Evaluation) -> None:
+        self.evaluation = evaluation
+        self._done: dict[int, TrialResult | BaseException] = {}
+        self._next = 0
+
+    def submit(self, job: Job) -> Any:
+        handle, self._next = self._next, self._next + 1
+        metrics = None if job.rung == 0 else ["accuracy"]
+        try:
+            plan = self.evaluation.plan(job.plan)
+            self._done[handle] = self.evaluation.evaluate(plan, job.rung, metrics)
+        except Exception as err:  # a failed trial, recorded by the driver
+            self._done[handle] = err
+        return handle
+
+    def wait(self, handles: list[Any]) -> list[tuple[Any, TrialResult | BaseException]]:
+        return [(h, self._done.pop(h)) for h in handles if h in self._done]
+
+
+class LocalProcesses(Backend):
+    """N worker processes on this machine (``--workers N``); a worker that dies costs
+    its trial a failure, and the pool is rebuilt."""
+
+    name = "local"
+
+    def __init__(self, config_json: str, tables: Mapping[str, Any], workers: int) -> None:
+        self.slots = workers
+        self.config_json = config_json
+        self.tables = dict(tables)
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=self.slots, mp_context=multiprocessing.get_context("spawn")
+        )
+
+    def submit(self, job: Job) -> Any:
+        try:
+            return self._pool.submit(
+                evaluate_job, self.config_json, self.tables, job.plan, job.rung
+            )
+        except cf.process.BrokenProcessPool:
+            self._pool = self._new_pool()
+            return self._pool.submit(
+                evaluate_job, self.config_json, self.tables, job.plan, job.rung
+            )
+
+    def wait(self, handles: list[Any]) -> list[tuple[Any, TrialResult | BaseException]]:
+        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+        out: list[tuple[Any, TrialResult | BaseException]] = []
+        broken = False
+        for h in done:
+            err = h.exception()
+            broken |= isinstance(err, cf.process.BrokenProcessPool)
+            out.append((h, err if err is not None else h.result()))
+        if broken:
+            self._pool = self._new_pool()
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+
+class RayBackend(Backend):
+    """Trials as Ray tasks. The sampler stays Optuna's, asked and told in the driver:
+    that keeps ``set_constraint`` and the resumable storage working, which Ray Tune's
+    OptunaSearch cannot do (no constraints hook). A worker that dies mid-trial makes
+    Ray retry that task (``max_retries``); an exception the trial raises is its failure.
+
+    Args:
+        config_json, tables: what every worker needs to build its Evaluation (once).
+        address: a cluster's address (``ray://`` or ``HOST:PORT``); None starts a local
+            Ray pinned to a loopback address.
+        cpus_per_trial, gpus_per_trial, max_retries: per task.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        config_json: str,
+        tables: Mapping[str, Any],
+        *,
+        address: str | None,
+        cpus_per_trial: float,
+        gpus_per_trial: float,
+        max_retries: int,
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                os.environ.setdefault("RAY_AUTH_MODE", "token")
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(_node_ip_address=LOOPBACK_RAY_IP, **kwargs)
+        self._remote = ray.remote(
+            num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=max_retries
+        )(evaluate_job)
+        self._config = config_json
+        self._tables: Any = ray.put(dict(tables))
+        total = ray.cluster_resources().get("CPU", 1.0)
+        self.slots = max(1, int(total // cpus_per_trial))
+
+    def submit(self, job: Job) -> Any:
+        return self._remote.remote(self._config, self._tables, job.plan, job.rung)
+
+    def wait(self, handles: list[Any]) -> list[tuple[Any, TrialResult | BaseException]]:
+        done, _ = self._ray.wait(handles, num_returns=1)
+        out: list[tuple[Any, TrialResult | BaseException]] = []
+        for h in done:
+            try:
+                out.append((h, self._ray.get(h)))
+            except Exception as err:
+                out.append((h, err))
+        return out
+
+    def close(self) -> None:
+        self._ray.shutdown()

@@ -1,0 +1,754 @@
+"""The search driver: Optuna ask/tell, rung promotion, the front, MLflow, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._backends import Backend, InProcess, Job, LocalProcesses, RayBackend
+from ._config import Config, Constraint, load_config
+from ._evaluation import ACCURACY, Evaluation, TrialResult
+from ._pareto import REFERENCE, Objective, hypervolume, pareto_mask
+from ._tracking import MODEL_FILE, PARETO_TAG, PLAN_FILE, Tracker
+
+CONFIG_ATTR = "frontier.config_name"
+RUN_ATTR = "frontier.mlflow_run_id"
+BASELINE_ATTR = "frontier.baseline"
+INTERRUPTED_ATTR = "frontier.interrupted"
+RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
+
+
+class SearchError(RuntimeError):
+    """A search cannot start or resume; the message says why and what to do."""
+
+
+@dataclass
+class SearchResult:
+    """What a search leaves: the front, the study and the MLflow parent run.
+
+    Attributes:
+        pareto: the feasible front, one row per member: ``trial``, ``rung`` and one
+            column per metric (values at the highest rung the member reached).
+        study: the Optuna study (its storage holds every trial).
+        mlflow_run_id: the parent run in MLflow.
+        study_name: the study's name in the storage.
+        hypervolume: of the front, normalised by the baseline (see README).
+        trials: every finished trial with its values, rung, state and error.
+    """
+
+    pareto: pd.DataFrame
+    study: Any
+    mlflow_run_id: str
+    study_name: str
+    hypervolume: float
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+@dataclass
+class _Record:
+    number: int
+    params: dict[str, Any]
+    plan: dict[str, Any]
+    state: str  # "complete" | "failed"
+    rungs: dict[int, dict[str, float]] = field(default_factory=dict)
+    error: str = ""
+    run_id: str = ""
+    on_front: bool = False  # as last tagged in MLflow
+    exported_rung: int = -1
+
+    @property
+    def rung(self) -> int:
+        return max(self.rungs) if self.rungs else -1
+
+    def values(self, rung: int | None = None) -> dict[str, float]:
+        """Metrics at ``rung`` (default: the highest reached); a promotion re-measures
+        accuracy only, the rest carries over from rung 0."""
+        rung = self.rung if rung is None else rung
+        merged: dict[str, float] = {}
+        for r in sorted(self.rungs):
+            if r <= rung:
+                merged.update(self.rungs[r])
+        return merged
+
+
+def default_storage(config: Config) -> str:
+    """A journal file beside the MLflow database (or in the working directory when
+    tracking goes to a server)."""
+    uri = config.tracking.uri
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
+    else:
+        folder = Path.cwd()
+    return str(folder / "frontier-optuna.journal")
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna storage: a journal file (a path, or ``journal:PATH``; safe for several
+    processes on one machine), or an RDB URL (``postgresql://``, ``mysql://``,
+    ``sqlite:///``) for several machines."""
+    import optuna
+
+    if "://" in url and not url.startswith("journal:"):
+        return optuna.storages.RDBStorage(url)
+    path = Path(url.removeprefix("journal:")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    return optuna.storages.JournalStorage(
+        JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
+    )
+
+
+def make_sampler(config: Config) -> Any:
+    import optuna
+
+    s = config.search
+    if s.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=s.population, seed=s.seed)
+    if s.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, multivariate=True)
+    if s.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=s.seed)
+    return optuna.samplers.RandomSampler(seed=s.seed)
+
+
+def _studies(storage: Any, config_name: str) -> list[Any]:
+    import optuna
+
+    found = [
+        s
+        for s in optuna.get_all_study_summaries(storage, include_best_trial=False)
+        if s.user_attrs.get(CONFIG_ATTR) == config_name
+    ]
+    return sorted(found, key=lambda s: s._study_id)
+
+
+class _Progress:
+    """A rich progress bar on stderr (trials, front size, hypervolume), or nothing."""
+
+    def __init__(self, enabled: bool, total: int, done: int) -> None:
+        self.enabled = enabled
+        self._bar: Any = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("search"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self._task = self._bar.add_task("search", total=total, completed=done, info="")
+            self._bar.start()
+
+    def update(self, done: int, info: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, info=info)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+class Search:
+    """One search: build it from a config, then ``run()``.
+
+    Args:
+        config: the config (a ``Config``, a path or a built-in name).
+        trials, backend, address, workers: override the config's values.
+        resume: continue the latest study of this config instead of starting a new one.
+        progress: show a progress bar on stderr.
+        store: the DeviceStore for device tables.
+    """
+
+    def __init__(
+        self,
+        config: Config | str | Path,
+        *,
+        trials: int | None = None,
+        backend: str | None = None,
+        address: str | None = None,
+        workers: int | None = None,
+        resume: bool = False,
+        progress: bool = True,
+        store: Any = None,
+        on_trial: Callable[[int], None] | None = None,
+    ) -> None:
+        if not isinstance(config, Config):
+            config = load_config(config)
+        updates: dict[str, Any] = {}
+        if backend is not None or address is not None or workers is not None:
+            b = config.backend.model_copy(
+                update={
+                    k: v
+                    for k, v in {
+                        "kind": backend or ("ray" if address else None),
+                        "address": address,
+                        "workers": workers,
+                    }.items()
+                    if v is not None
+                }
+            )
+            updates["backend"] = b
+        if trials is not None:
+            updates["search"] = config.search.model_copy(update={"trials": trials})
+        self.config = config.model_copy(update=updates) if updates else config
+        self.resume = resume
+        self.progress = progress
+        self.store = store
+        self.on_trial = on_trial
+        self.records: dict[int, _Record] = {}
+        self.constraints: list[Constraint] = self.config.parsed_constraints()
+        self.engine_s = 0.0
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _open_study(self) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        cfg = self.config
+        self.storage_url = cfg.storage or default_storage(cfg)
+        self.storage = open_storage(self.storage_url)
+        existing = _studies(self.storage, cfg.name)
+        directions: list[Any] = [o.direction for o in self.objectives]
+        if self.resume:
+            if not existing:
+                raise SearchError(
+                    f"nothing to resume: no study of config {cfg.name!r} in {self.storage_url}"
+                )
+            self.study_name = existing[-1].study_name
+        else:
+            taken = {s.study_name for s in optuna.get_all_study_summaries(self.storage, False)}
+            name, k = cfg.name, 1
+            while name in taken:
+                k += 1
+                name = f"{cfg.name}-{k}"
+            self.study_name = name
+        self.study = optuna.create_study(
+            study_name=self.study_name,
+            storage=self.storage,
+            sampler=make_sampler(cfg),
+            directions=directions,
+            load_if_exists=self.resume,
+        )
+        if not self.resume:
+            self.study.set_user_attr(CONFIG_ATTR, cfg.name)
+
+    def _backend(self) -> Backend:
+        b = self.config.backend
+        if b.kind == "ray":
+            return RayBackend(
+                self.config.model_dump_json(),
+                self.evaluation.tables,
+                address=b.address,
+                cpus_per_trial=b.cpus_per_trial,
+                gpus_per_trial=b.gpus_per_trial,
+                max_retries=b.max_retries,
+            )
+        if b.workers > 1:
+            return LocalProcesses(self.config.model_dump_json(), self.evaluation.tables, b.workers)
+        return InProcess(self.evaluation)
+
+    def _restore(self) -> None:
+        """Rebuild the records from the storage; trials a killed run left RUNNING are
+        failed, marked interrupted and queued again with the same parameters."""
+        from optuna.trial import TrialState
+
+        attrs = self.study.user_attrs
+        interrupted = list(attrs.get(INTERRUPTED_ATTR, []))
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state == TrialState.RUNNING:
+                self.study.tell(t.number, state=TrialState.FAIL)
+                self.study.enqueue_trial(t.params, skip_if_exists=False)
+                interrupted.append(t.number)
+        self.study.set_user_attr(INTERRUPTED_ATTR, interrupted)
+        self.interrupted = set(interrupted)
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number in self.interrupted:
+                continue
+            if t.state == TrialState.COMPLETE:
+                rec = _Record(t.number, t.params, t.user_attrs["plan"], "complete")
+                rec.rungs[0] = dict(t.user_attrs["values"])
+                for r, vals in attrs.get(RUNG_ATTR + str(t.number), {}).items():
+                    rec.rungs[int(r)] = dict(vals)
+                self.records[t.number] = rec
+            elif t.state == TrialState.FAIL:
+                self.records[t.number] = _Record(
+                    t.number,
+                    t.params,
+                    t.user_attrs.get("plan", {}),
+                    "failed",
+                    error=t.user_attrs.get("error", ""),
+                )
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> SearchResult:
+        cfg = self.config
+        print(f"frontier: building the {cfg.name} task and space ...", file=sys.stderr)
+        self.evaluation = Evaluation(cfg, store=self.store)
+        for w in self.evaluation.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        self.objectives: list[Objective] = self.evaluation.objectives()
+        self._open_study()
+        self._restore()
+        if BASELINE_ATTR not in self.study.user_attrs:
+            self.study.set_user_attr(BASELINE_ATTR, self.evaluation.baseline())
+        self.baseline: dict[str, float] = self.study.user_attrs[BASELINE_ATTR]
+        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment or cfg.name)
+        self._start_tracking()
+        backend = self._backend()
+        emissions = _emissions_tracker(cfg.carbon.country_iso)
+        print(
+            f"frontier: study {self.study_name!r} in {self.storage_url}, "
+            f"{self._done()} of {cfg.search.trials} trials done, backend {backend.name} "
+            f"({backend.slots} at a time), MLflow run {self.parent} at {cfg.tracking.uri}",
+            file=sys.stderr,
+        )
+        bar = _Progress(self.progress, cfg.search.trials, self._done())
+        status = "FAILED"
+        try:
+            self._loop(backend, bar)
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            print("\nfrontier: interrupted; continue with --resume", file=sys.stderr)
+            raise
+        finally:
+            bar.close()
+            backend.close()
+            self._finish_tracking(emissions, status)
+        return self.result()
+
+    def _done(self) -> int:
+        return len(self.records)
+
+    def _loop(self, backend: Backend, bar: _Progress) -> None:
+        pending: dict[Any, tuple[str, Any, Job]] = {}
+        promotions: list[tuple[int, int]] = []
+        since_generation = 0
+        self.generation = int(self.study.user_attrs.get("frontier.generation", 0))
+        total = self.config.search.trials
+        while True:
+            tick = time.perf_counter()
+            while promotions and len(pending) < backend.slots:
+                number, rung = promotions.pop(0)
+                job = Job(self.records[number].plan, rung)
+                pending[backend.submit(job)] = ("promote", number, job)
+            running = sum(1 for kind, _, _ in pending.values() if kind == "trial")
+            while len(pending) < backend.slots and self._done() + running < total:
+                trial = self.study.ask()
+                plan = self.evaluation.space.suggest(trial)
+                job = Job(plan.to_dict(), 0)
+                trial.set_user_attr("plan", job.plan)
+                handle = backend.submit(job)
+                pending[handle] = ("trial", trial, job)
+                running += 1
+            self.engine_s += time.perf_counter() - tick
+            if not pending:
+                if promotions:
+                    continue
+                promotions = self._generation(final=True)
+                if promotions:
+                    continue
+                break
+            for handle, outcome in backend.wait(list(pending)):
+                tick = time.perf_counter()
+                kind, what, job = pending.pop(handle)
+                if kind == "trial":
+                    self._finish_trial(what, job, outcome)
+                    since_generation += 1
+                    if self.on_trial is not None:
+                        self.on_trial(what.number)
+                else:
+                    self._finish_promotion(what, job.rung, outcome)
+                self.engine_s += time.perf_counter() - tick
+            if since_generation >= self.config.search.population:
+                since_generation = 0
+                tick = time.perf_counter()
+                promotions += self._generation()
+                self.engine_s += time.perf_counter() - tick
+            front = self.front_numbers()
+            bar.update(self._done(), f"front {len(front)}  HV {self.hv:.4f}")
+
+    # -- trials ---------------------------------------------------------------------------
+    def _finish_trial(self, trial: Any, job: Job, outcome: TrialResult | BaseException) -> None:
+        from optuna.trial import TrialState
+
+        params = dict(trial.params)
+        if isinstance(outcome, BaseException):
+            error = f"{type(outcome).__name__}: {outcome}"[:2000]
+            trial.set_user_attr("error", error)
+            self.study.tell(trial, state=TrialState.FAIL)
+            rec = _Record(trial.number, params, job.plan, "failed", error=error)
+            self.records[trial.number] = rec
+            print(
+                f"frontier: trial {trial.number} failed: {error.splitlines()[0]}", file=sys.stderr
+            )
+        else:
+            for c in self.constraints:
+                trial.set_constraint(str(c), c.violation(outcome.values[c.objective]))
+            trial.set_user_attr("values", outcome.values)
+            trial.set_user_attr("fidelity", outcome.fidelity)
+            trial.set_user_attr("eval_s", outcome.wall_s)
+            self.study.tell(trial, [outcome.values[o.name] for o in self.objectives])
+            rec = _Record(trial.number, params, job.plan, "complete")
+            rec.rungs[0] = dict(outcome.values)
+            self.records[trial.number] = rec
+            self.eval_s = getattr(self, "eval_s", 0.0) + outcome.wall_s
+        self._log_trial(rec)
+
+    def _finish_promotion(
+        self, number: int, rung: int, outcome: TrialResult | BaseException
+    ) -> None:
+        rec = self.records[number]
+        if isinstance(outcome, BaseException):
+            print(
+                f"frontier: promoting trial {number} to rung {rung} failed: {outcome}",
+                file=sys.stderr,
+            )
+            rec.rungs[rung] = {}  # counts as tried; keeps the lower rung's values
+        else:
+            rec.rungs[rung] = dict(outcome.values)
+            self.eval_s = getattr(self, "eval_s", 0.0) + outcome.wall_s
+        self.study.set_user_attr(
+            RUNG_ATTR + str(number), {str(r): v for r, v in rec.rungs.items() if r > 0}
+        )
+        if rec.run_id:
+            self.tracker.log_metrics(rec.run_id, rec.rungs[rung], step=rung)
+            self.tracker.set_tags(rec.run_id, self._rung_tags(rec))
+
+    # -- the front ------------------------------------------------------------------------
+    def feasible(self, values: dict[str, float]) -> bool:
+        return all(c.holds(values[c.objective]) for c in self.constraints)
+
+    def _matrix(self, recs: list[_Record], rung: int | None) -> np.ndarray:
+        return np.array(
+            [[r.values(rung)[o.name] for o in self.objectives] for r in recs], dtype=float
+        ).reshape(len(recs), len(self.objectives))
+
+    def front_numbers(self, rung: int | None = None) -> list[int]:
+        """Trial numbers on the feasible front, each at its highest rung (or at ``rung``,
+        among those that reached it)."""
+        recs = [
+            r
+            for r in self.records.values()
+            if r.state == "complete"
+            and (rung is None or r.rung >= rung)
+            and self.feasible(r.values(rung))
+        ]
+        if not recs:
+            return []
+        mask = pareto_mask(self._matrix(recs, rung), self.objectives)
+        return [r.number for r, m in zip(recs, mask, strict=True) if m]
+
+    @property
+    def hv(self) -> float:
+        front = [self.records[n] for n in self.front_numbers()]
+        if not front:
+            return 0.0
+        base = [self.baseline[o.name] for o in self.objectives]
+        return hypervolume(self._matrix(front, None), self.objectives, base)
+
+    def _promotions(self) -> list[tuple[int, int]]:
+        """Which candidates go up a rung: at each rung, a ``promote`` share of its front,
+        evenly spread along the first objective, minus those already promoted."""
+        if ACCURACY not in self.evaluation.metrics:
+            return []
+        share = self.config.search.fidelity.promote
+        out = []
+        for rung in range(len(self.evaluation.rungs) - 1):
+            front = self.front_numbers(rung)
+            quota = math.ceil(share * len(front))
+            quota -= sum(1 for n in front if self.records[n].rung > rung)
+            waiting = [n for n in front if self.records[n].rung == rung]
+            if quota <= 0 or not waiting:
+                continue
+            first = self.objectives[0].name
+            waiting.sort(key=lambda n: self.records[n].values(rung)[first])
+            picks = np.unique(np.linspace(0, len(waiting) - 1, min(quota, len(waiting))).round())
+            out += [(waiting[int(i)], rung + 1) for i in picks]
+        return out
+
+    def _generation(self, final: bool = False) -> list[tuple[int, int]]:
+        promotions = self._promotions()
+        if promotions and final:
+            return promotions
+        self.generation += 1
+        self.study.set_user_attr("frontier.generation", self.generation)
+        self._log_front()
+        return promotions
+
+    # -- MLflow -----------------------------------------------------------------------------
+    def _start_tracking(self) -> None:
+        from importlib.metadata import version
+
+        parent = self.study.user_attrs.get(RUN_ATTR)
+        if parent:
+            self.parent = parent
+            self.tracker.reopen(parent)
+        else:
+            cfg = self.config
+            tables = {n: t.content_hash for n, t in self.evaluation.tables.items()}
+            self.parent = self.tracker.start_parent(
+                self.study_name,
+                params={
+                    "seed": cfg.search.seed,
+                    "sampler": cfg.search.sampler,
+                    "trials": cfg.search.trials,
+                    "rungs": ",".join(cfg.search.fidelity.rungs),
+                    "promote": cfg.search.fidelity.promote,
+                    "backend": cfg.backend.kind,
+                    "task": cfg.task.name,
+                },
+                tags={
+                    "frontier.version": version("frontier"),
+                    "frontier.study": self.study_name,
+                    "frontier.storage": self.storage_url,
+                    "frontier.objectives": json.dumps(
+                        [{"name": o.name, "direction": o.direction} for o in self.objectives]
+                    ),
+                    "frontier.constraints": json.dumps([str(c) for c in self.constraints]),
+                    "frontier.reference_point": json.dumps(
+                        {o.name: REFERENCE for o in self.objectives}
+                    ),
+                    "frontier.hv_normalisation": "minimize: value/baseline; "
+                    "maximize: 1 - value/baseline",
+                    "frontier.baseline": json.dumps(self.baseline),
+                    "frontier.device_tables": json.dumps(tables),
+                },
+            )
+            self.study.set_user_attr(RUN_ATTR, self.parent)
+            self.tracker.log_text(self.parent, cfg.model_dump_json(indent=2), "config.json")
+            self.tracker.log_text(self.parent, self.evaluation.space.describe(), "space.txt")
+        # trials a killed run finished but never logged
+        logged = self.tracker.trial_runs(self.parent)
+        for rec in self.records.values():
+            rec.run_id = logged.get(rec.number, "")
+            rec.on_front = True  # re-tag every restored trial at the next generation
+            if not rec.run_id:
+                self._log_trial(rec)
+
+    def _rung_tags(self, rec: _Record) -> dict[str, str]:
+        rungs = self.evaluation.rungs
+        return {
+            "frontier.rung": rungs[rec.rung] if rec.rung >= 0 else "",
+            "frontier.rung_index": str(rec.rung),
+        }
+
+    def _log_trial(self, rec: _Record) -> None:
+        tags = {"frontier.state": rec.state, PARETO_TAG: "false", **self._rung_tags(rec)}
+        if rec.error:
+            tags["frontier.error"] = rec.error[:5000]
+        values = rec.values() if rec.state == "complete" else {}
+        if values:
+            tags["frontier.feasible"] = str(self.feasible(values)).lower()
+        rec.run_id = self.tracker.log_trial(
+            self.parent,
+            rec.number,
+            params=rec.params,
+            values=values,
+            tags=tags,
+            failed=rec.state == "failed",
+        )
+
+    def _log_front(self) -> None:
+        front = set(self.front_numbers())
+        was = {n for n, r in self.records.items() if r.on_front}
+        for n in front ^ was:
+            rec = self.records[n]
+            rec.on_front = n in front
+            self.tracker.set_tags(rec.run_id, {PARETO_TAG: str(n in front).lower()})
+        if self.config.tracking.export_front:
+            for n in sorted(front):
+                self._export(self.records[n])
+        hv = self.hv
+        self.tracker.log_metrics(
+            self.parent,
+            {"hypervolume": hv, "front_size": len(front), "trials_done": self._done()},
+            step=self.generation,
+        )
+        frame = self.pareto_frame()
+        self.tracker.log_text(self.parent, frame.to_csv(index=False), "pareto.csv")
+        _plot_fronts(self, frame)
+
+    def _export(self, rec: _Record) -> None:
+        """A front member's ONNX model (the one its accuracy was measured on) and plan."""
+        import tempfile
+        import warnings
+
+        from frontier.spaces import export_onnx
+
+        if rec.exported_rung == rec.rung:
+            return
+        plan = self.evaluation.plan(rec.plan)
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = self.evaluation.scored_model(plan, max(rec.rung, 0))
+            onnx_path = Path(tmp) / MODEL_FILE
+            result = export_onnx(
+                model,
+                plan,
+                self.evaluation.example,
+                onnx_path,
+                calibration_data=self.evaluation.context.calibration(),
+            )
+            plan_path = Path(tmp) / PLAN_FILE
+            plan_path.write_text(plan.to_json())
+            self.tracker.log_artifact_files(rec.run_id, [onnx_path, plan_path])
+        self.tracker.set_tags(rec.run_id, {"frontier.onnx_precision": result.precision})
+        rec.exported_rung = rec.rung
+
+    def _finish_tracking(self, emissions: Any, status: str) -> None:
+        metrics: dict[str, float] = {
+            "engine_s": self.engine_s,
+            "evaluation_s": getattr(self, "eval_s", 0.0),
+            "failed_trials": sum(1 for r in self.records.values() if r.state == "failed"),
+        }
+        if emissions is not None:
+            with _quiet_codecarbon():
+                kg = emissions.stop() or 0.0
+            data = emissions.final_emissions_data
+            metrics["search_co2e_g"] = float(kg) * 1000.0
+            metrics["search_energy_kwh"] = float(getattr(data, "energy_consumed", 0.0) or 0.0)
+        self.tracker.log_metrics(self.parent, metrics, step=self.generation)
+        self.tracker.finish(self.parent, status)
+
+    # -- results ----------------------------------------------------------------------------
+    def pareto_frame(self) -> pd.DataFrame:
+        rows = []
+        for n in self.front_numbers():
+            rec = self.records[n]
+            rows.append(
+                {
+                    "trial": n,
+                    "run_id": rec.run_id,
+                    "rung": self.evaluation.rungs[rec.rung],
+                    **rec.values(),
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def trials_frame(self) -> pd.DataFrame:
+        rows = []
+        for n, rec in sorted(self.records.items()):
+            vals = rec.values() if rec.state == "complete" else {}
+            rows.append(
+                {
+                    "trial": n,
+                    "state": rec.state,
+                    "rung": self.evaluation.rungs[rec.rung] if rec.rung >= 0 else "",
+                    "feasible": bool(vals) and self.feasible(vals),
+                    "error": rec.error,
+                    **vals,
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def result(self) -> SearchResult:
+        return SearchResult(
+            pareto=self.pareto_frame(),
+            study=self.study,
+            mlflow_run_id=self.parent,
+            study_name=self.study_name,
+            hypervolume=self.hv,
+            trials=self.trials_frame(),
+        )
+
+
+def run(config: Config | str | Path, **options: Any) -> SearchResult:
+    """Run a search (the Python API for notebooks).
+
+    Args:
+        config: a ``Config``, a config file or a built-in experiment name.
+        options: ``trials``, ``backend``, ``address``, ``workers``, ``resume``,
+            ``progress`` (see ``frontier search --help``).
+
+    Returns:
+        A ``SearchResult`` with ``.pareto`` (DataFrame), ``.study`` and ``.mlflow_run_id``.
+    """
+    return Search(config, **options).run()
+
+
+@contextmanager
+def _quiet_codecarbon() -> Iterator[None]:
+    import logging
+
+    logger = logging.getLogger("codecarbon")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _emissions_tracker(country_iso: str) -> Any:
+    """CodeCarbon, offline, measuring the search's own energy and carbon."""
+    try:
+        from codecarbon import OfflineEmissionsTracker
+
+        with _quiet_codecarbon():
+            tracker = OfflineEmissionsTracker(
+                country_iso_code=country_iso, save_to_file=False, log_level="error"
+            )
+            tracker.start()
+        return tracker
+    except Exception as err:  # carbon accounting must never stop a search
+        print(f"warning: CodeCarbon unavailable ({err}); no search energy logged", file=sys.stderr)
+        return None
+
+
+def _plot_fronts(search: Search, frame: pd.DataFrame) -> None:
+    """2-D projections of the feasible trials and the front, one PNG per objective pair."""
+    import itertools
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    objectives = search.objectives
+    if len(objectives) < 2:
+        return
+    recs = [r for r in search.records.values() if r.state == "complete"]
+    if not recs:
+        return
+    allv = search._matrix(recs, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for (i, a), (j, b) in itertools.combinations(enumerate(objectives), 2):
+            fig, ax = plt.subplots(figsize=(5, 4))
+            ax.scatter(allv[:, i], allv[:, j], s=8, c="0.7", label="trials")
+            if not frame.empty:
+                ax.scatter(frame[a.name], frame[b.name], s=18, c="tab:red", label="front")
+            ax.set_xlabel(f"{a.name} ({a.direction})")
+            ax.set_ylabel(f"{b.name} ({b.direction})")
+            ax.legend(loc="best", fontsize=8)
+            fig.tight_layout()
+            path = Path(tmp) / f"{a.name}--{b.name}.png".replace("@", "_at_")
+            fig.savefig(path, dpi=80)
+            plt.close(fig)
+            files.append(path)
+        search.tracker.log_artifact_files(search.parent, files, "front")

@@ -1,0 +1,217 @@
+"""What scores one trial: the task, its teacher, the space, the evaluators per rung and
+the devices' latency models, built from a config (in the driver and in each worker)."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from frontier.spaces import CompressionPlan, SearchSpace
+
+from ._config import Config
+from ._pareto import Objective
+
+ACCURACY = "accuracy"
+
+
+@dataclass
+class TrialResult:
+    """Every metric of one candidate at one rung (plain data, crosses processes).
+
+    Attributes:
+        values: metric name -> value.
+        fidelity: metric name -> how it was obtained ("short", "table", "exact", ...).
+        details: metric name -> the evaluator's details.
+        wall_s: seconds the evaluation took, model building included.
+    """
+
+    values: dict[str, float]
+    fidelity: dict[str, str]
+    details: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def _quiet() -> Any:
+    from frontier.latency_models._validate import quiet_root_logger
+
+    return quiet_root_logger()
+
+
+class Evaluation:
+    """Scores plans of one config's space.
+
+    Args:
+        config: the search config.
+        tables: device name -> DeviceTable for every device the config names; None
+            resolves them (``resolve_tables``: measures ``local-cpu`` the first time).
+            The driver resolves them and hands them to Ray workers with each trial.
+        store: the DeviceStore to resolve tables from.
+    """
+
+    def __init__(
+        self, config: Config, tables: Mapping[str, Any] | None = None, store: Any = None
+    ) -> None:
+        from frontier.evaluators import EvalContext
+        from frontier.experiments import build_task
+        from frontier.latency_models import LatencyModel
+        from frontier.spaces import discover
+
+        self.config = config
+        self.task = build_task(config.task.name, **config.task.options)
+        self.teacher = self.task.baseline()
+        self.example = self.task.example_inputs()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.space: SearchSpace = discover(self.teacher, self.example, config.space.options())
+        self.warnings = [str(w.message) for w in caught]
+        if tables is None:
+            tables = resolve_tables(
+                config, (self.task, self.teacher, self.example, self.space), store
+            )
+        self.tables = dict(tables)
+        latency = {}
+        for name in config.device_names():
+            if name not in tables:
+                raise ValueError(f"no device table for {name!r}")
+            lm = LatencyModel(tables[name])
+            lm.bind(self.teacher, self.example, self.space)
+            latency[name] = lm
+        self.context = EvalContext(
+            task=self.task, teacher=self.teacher, latency=latency, seed=config.search.seed
+        )
+        self.rungs = list(config.search.fidelity.rungs)
+        self.metrics = config.metric_names()
+        self._evaluators: dict[tuple[str, int], Any] = {}
+
+    # -- objectives ---------------------------------------------------------------------
+    def _options(self, name: str) -> dict[str, Any]:
+        for o in self.config.objectives:
+            if o.name == name:
+                return dict(o.options)
+        return {}
+
+    def evaluator(self, name: str, rung: int = 0) -> Any:
+        """The evaluator of ``name`` at ``rung`` (only accuracy changes with the rung)."""
+        from frontier.evaluators import build_evaluator
+
+        key = (name, rung if name == ACCURACY else 0)
+        if key not in self._evaluators:
+            options = self._options(name)
+            if name == ACCURACY:
+                options["fidelity"] = self.rungs[rung]
+            if name.partition("@")[0] == "co2e_g":
+                options.setdefault("scenario", self.config.carbon.scenario())
+            self._evaluators[key] = build_evaluator(name, **options)
+        return self._evaluators[key]
+
+    def objectives(self) -> list[Objective]:
+        """The config's objectives with their directions (the evaluator's unless given)."""
+        return [
+            Objective(o.name, o.direction or self.evaluator(o.name).direction)
+            for o in self.config.objectives
+        ]
+
+    # -- scoring ------------------------------------------------------------------------
+    def plan(self, data: Mapping[str, Any]) -> CompressionPlan:
+        return CompressionPlan.from_dict(dict(data), space=self.space)
+
+    def evaluate(
+        self, plan: CompressionPlan, rung: int = 0, metrics: list[str] | None = None
+    ) -> TrialResult:
+        """Score ``plan`` at ``rung`` on ``metrics`` (default: every metric of the config).
+
+        Raises:
+            EvaluationError: an evaluator failed or gave a value that is not finite.
+        """
+        from frontier.evaluators import Candidate, EvaluationError
+
+        start = time.perf_counter()
+        candidate = Candidate(plan)
+        values: dict[str, float] = {}
+        fidelity: dict[str, str] = {}
+        details: dict[str, Any] = {}
+        with _quiet():
+            for name in metrics or self.metrics:
+                m = self.evaluator(name, rung)(candidate, self.context)
+                if not math.isfinite(m.value):
+                    raise EvaluationError(f"objective {name!r} is {m.value} (not finite)")
+                values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
+        return TrialResult(values, fidelity, details, time.perf_counter() - start)
+
+    def scored_model(self, plan: CompressionPlan, rung: int) -> nn.Module:
+        """The model the accuracy at ``rung`` was measured on (fine-tuned where the rung
+        fine-tunes; seeded, so the same as during the search), for export."""
+        from frontier.evaluators import Candidate
+
+        candidate = Candidate(plan)
+        if ACCURACY in self.metrics:
+            model, _ = self.evaluator(ACCURACY, rung).fit(candidate, self.context)
+            return model
+        return self.context.compressed(candidate)
+
+    def baseline(self) -> dict[str, float]:
+        """Every metric of the uncompressed model (accuracy: the teacher's validation
+        accuracy), the scale that hypervolume is normalised by."""
+        from frontier.evaluators._accuracy import _accuracy
+
+        others = [m for m in self.metrics if m != ACCURACY]
+        values = self.evaluate(CompressionPlan(), 0, others).values if others else {}
+        if ACCURACY in self.metrics:
+            values[ACCURACY] = _accuracy(self.teacher, self.task.loaders().val, self.task.metric)
+        return values
+
+
+def resolve_tables(
+    config: Config, evaluation_parts: tuple[Any, Any, Any, Any], store: Any = None
+) -> dict[str, Any]:
+    """Device tables for every device the config names: ``local-cpu`` is measured here
+    the first time (with progress), others come from the device store.
+
+    Args:
+        config: the search config.
+        evaluation_parts: (task, teacher, example_inputs, space).
+        store: a DeviceStore (default: ``config.device_store`` or the user's data dir).
+    """
+    from frontier.latency_models import LOCAL_CPU, DeviceStore, TableError, ensure_local_table
+
+    task, teacher, example, space = evaluation_parts
+    store = store or DeviceStore(config.device_store)
+    tables = {}
+    for name in config.device_names():
+        if name == LOCAL_CPU:
+            tables[name] = ensure_local_table(
+                teacher, example, space, store=store, calibration_data=task.calibration_batches()
+            )
+        elif store.has(name):
+            tables[name] = store.load(name)
+        else:
+            raise TableError(
+                f"device {name!r}: no table in {store.root} (stored: "
+                f"{', '.join(store.names()) or 'none'}); measure one with `frontier lut ops` "
+                f"and `frontier lut measure`, then `frontier lut import --name {name}`"
+            )
+    return tables
+
+
+_WORKER_CACHE: dict[str, Evaluation] = {}
+
+
+def evaluate_job(
+    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int
+) -> TrialResult:
+    """The unit of work a worker runs: score one plan. The Evaluation is built once
+    per worker process and config, then reused."""
+    evaluation = _WORKER_CACHE.get(config_json)
+    if evaluation is None:
+        config = Config.model_validate_json(config_json)
+        evaluation = Evaluation(config, tables)
+        _WORKER_CACHE.clear()
+        _WORKER_CACHE[config_json] = evaluation
+    metrics = None if rung == 0 else [ACCURACY]
+    return evaluation.evaluate(evaluation.plan(plan), rung, metrics)

@@ -1,0 +1,228 @@
+"""MLflow: one parent run per search, one nested run per trial, the front as artifacts;
+and reading fronts back for ``frontier pareto`` and ``frontier pick``.
+
+Only ONNX and JSON are ever read back from MLflow artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ._pareto import Objective
+
+PARETO_TAG = "frontier.pareto"
+TRIAL_TAG = "frontier.trial"
+PARENT_TAG = "mlflow.parentRunId"
+KIND_TAG = "frontier.kind"
+PLAN_FILE = "plan.json"
+MODEL_FILE = "model.onnx"
+
+
+def metric_key(name: str) -> str:
+    """MLflow's name for an objective: it forbids ``@``, so ``latency_ms@pi4`` is
+    logged as ``latency_ms/pi4``."""
+    return name.replace("@", "/")
+
+
+def objective_name(key: str) -> str:
+    return key.replace("/", "@")
+
+
+def _client(uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _chunks(items: list[Any], size: int = 100) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)] or [[]]
+
+
+class Tracker:
+    """Writes one search to MLflow.
+
+    Args:
+        uri: the tracking URI (``sqlite:///mlflow.db`` or ``http://host:port``).
+        experiment: the MLflow experiment name.
+    """
+
+    def __init__(self, uri: str, experiment: str) -> None:
+        self.uri = uri
+        self.client = _client(uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = (
+            found.experiment_id if found else self.client.create_experiment(experiment)
+        )
+
+    # -- the parent run -----------------------------------------------------------------
+    def start_parent(self, name: str, *, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        run = self.client.create_run(
+            self.experiment_id, run_name=name, tags={KIND_TAG: "search", **tags}
+        )
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for chunk in _chunks(items):
+            self.client.log_batch(run.info.run_id, params=chunk)
+        return str(run.info.run_id)
+
+    def reopen(self, run_id: str) -> None:
+        self.client.update_run(run_id, status="RUNNING")
+
+    def log_text(self, run_id: str, text: str, path: str) -> None:
+        self.client.log_text(run_id, text, path)
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(metric_key(k), float(v), now, step) for k, v in metrics.items()]
+        for chunk in _chunks(items, 1000):
+            self.client.log_batch(run_id, metrics=chunk)
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    # -- trial runs -----------------------------------------------------------------------
+    def log_trial(
+        self,
+        parent: str,
+        number: int,
+        *,
+        params: Mapping[str, Any],
+        values: Mapping[str, float],
+        tags: Mapping[str, str],
+        failed: bool = False,
+    ) -> str:
+        """One nested run for trial ``number``: the plan's parameters, every metric,
+        its rung and state."""
+        from mlflow.entities import Param, RunTag
+
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"trial-{number}",
+            tags={PARENT_TAG: parent, TRIAL_TAG: str(number), KIND_TAG: "trial"},
+        )
+        run_id = str(run.info.run_id)
+        items = [Param(k, str(v)) for k, v in params.items()]
+        chunks = _chunks(items)
+        for i, chunk in enumerate(chunks):
+            extra = [RunTag(k, v) for k, v in tags.items()] if i == 0 else []
+            self.client.log_batch(run_id, params=chunk, tags=extra)
+        if values:
+            self.log_metrics(run_id, values)
+        self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+        return run_id
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def log_artifact_files(
+        self, run_id: str, files: Sequence[Path], path: str | None = None
+    ) -> None:
+        for f in files:
+            self.client.log_artifact(run_id, str(f), path)
+
+    def trial_runs(self, parent: str) -> dict[int, str]:
+        """Trial number -> run id of the trials already logged under ``parent``."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.{PARENT_TAG} = '{parent}'",
+            max_results=50000,
+        )
+        return {
+            int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in runs if TRIAL_TAG in r.data.tags
+        }
+
+
+# -- reading fronts back ---------------------------------------------------------------------
+def find_search(uri: str, experiment: str | None = None, run_id: str | None = None) -> Any:
+    """The parent run of a search: ``run_id``, or the latest search of ``experiment``
+    (default: the latest search of any experiment)."""
+    client = _client(uri)
+    if run_id:
+        run = client.get_run(run_id)
+        if run.data.tags.get(KIND_TAG) != "search":
+            parent = run.data.tags.get(PARENT_TAG)
+            if parent is None:
+                raise ValueError(f"run {run_id} is not a Frontier search or trial run")
+            run = client.get_run(parent)
+        return run
+    if experiment:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            names = [e.name for e in client.search_experiments()]
+            raise ValueError(f"no MLflow experiment {experiment!r} at {uri}; have: {names}")
+        ids = [found.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(
+        ids,
+        filter_string=f"tags.{KIND_TAG} = 'search'",
+        order_by=["start_time DESC"],
+        max_results=1,
+    )
+    if not runs:
+        raise ValueError(f"no Frontier search in {experiment or 'any experiment'} at {uri}")
+    return runs[0]
+
+
+def objectives_of(parent: Any) -> list[Objective]:
+    return [Objective(**o) for o in json.loads(parent.data.tags["frontier.objectives"])]
+
+
+def front_frame(uri: str, parent: Any, *, members_only: bool = True) -> pd.DataFrame:
+    """The trials of a search as a DataFrame: ``run_id``, ``trial``, ``rung``,
+    ``fidelity``, ``pareto`` and one column per metric (objective names, ``@`` kept)."""
+    client = _client(uri)
+    flt = f"tags.{PARENT_TAG} = '{parent.info.run_id}'"
+    if members_only:
+        flt += f" and tags.`{PARETO_TAG}` = 'true'"
+    runs = client.search_runs([parent.info.experiment_id], filter_string=flt, max_results=50000)
+    rows = []
+    for r in runs:
+        row: dict[str, Any] = {
+            "run_id": r.info.run_id,
+            "trial": int(r.data.tags.get(TRIAL_TAG, -1)),
+            "rung": r.data.tags.get("frontier.rung", ""),
+            "pareto": r.data.tags.get(PARETO_TAG) == "true",
+            "state": r.data.tags.get("frontier.state", ""),
+        }
+        row.update({objective_name(k): v for k, v in r.data.metrics.items()})
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.sort_values("trial").reset_index(drop=True)
+    return frame
+
+
+def download(uri: str, run_id: str, out_dir: Path) -> dict[str, Path]:
+    """Download a front member's ONNX model and plan JSON (nothing else is read)."""
+    import mlflow
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for name in (MODEL_FILE, PLAN_FILE):
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path=name, dst_path=tmp, tracking_uri=uri
+                )
+            except Exception as err:
+                raise ValueError(
+                    f"run {run_id} has no {name} artifact (only front members are exported)"
+                ) from err
+            target = out_dir / name
+            target.write_bytes(Path(path).read_bytes())
+            found[name] = target
+    json.loads(found[PLAN_FILE].read_text())  # a plan is JSON; refuse anything else
+    return found
