@@ -25,6 +25,10 @@ PLAN_FILE = "plan.json"
 MODEL_FILE = "model.onnx"
 
 
+class TrackingError(ValueError):
+    """A search, run or artifact is not where the user said; the message says what is."""
+
+
 def metric_key(name: str) -> str:
     """MLflow's name for an objective: it forbids ``@``, so ``latency_ms@pi4`` is
     logged as ``latency_ms/pi4``."""
@@ -154,14 +158,14 @@ def find_search(uri: str, experiment: str | None = None, run_id: str | None = No
         if run.data.tags.get(KIND_TAG) != "search":
             parent = run.data.tags.get(PARENT_TAG)
             if parent is None:
-                raise ValueError(f"run {run_id} is not a Frontier search or trial run")
+                raise TrackingError(f"run {run_id} is not a Frontier search or trial run")
             run = client.get_run(parent)
         return run
     if experiment:
         found = client.get_experiment_by_name(experiment)
         if found is None:
             names = [e.name for e in client.search_experiments()]
-            raise ValueError(f"no MLflow experiment {experiment!r} at {uri}; have: {names}")
+            raise TrackingError(f"no MLflow experiment {experiment!r} at {uri}; have: {names}")
         ids = [found.experiment_id]
     else:
         ids = [e.experiment_id for e in client.search_experiments()]
@@ -172,7 +176,7 @@ def find_search(uri: str, experiment: str | None = None, run_id: str | None = No
         max_results=1,
     )
     if not runs:
-        raise ValueError(f"no Frontier search in {experiment or 'any experiment'} at {uri}")
+        raise TrackingError(f"no Frontier search in {experiment or 'any experiment'} at {uri}")
     return runs[0]
 
 
@@ -207,8 +211,11 @@ def front_frame(uri: str, parent: Any, *, members_only: bool = True) -> pd.DataF
 
 def download(uri: str, run_id: str, out_dir: Path) -> dict[str, Path]:
     """Download a front member's ONNX model and plan JSON (nothing else is read)."""
+    import os
+
     import mlflow
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     out_dir.mkdir(parents=True, exist_ok=True)
     found = {}
     for name in (MODEL_FILE, PLAN_FILE):
@@ -218,7 +225,7 @@ def download(uri: str, run_id: str, out_dir: Path) -> dict[str, Path]:
                     run_id=run_id, artifact_path=name, dst_path=tmp, tracking_uri=uri
                 )
             except Exception as err:
-                raise ValueError(
+                raise TrackingError(
                     f"run {run_id} has no {name} artifact (only front members are exported)"
                 ) from err
             target = out_dir / name

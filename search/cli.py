@@ -208,6 +208,171 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tracking_uri(args: argparse.Namespace) -> str:
+    import os
+
+    return str(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ._engine import Search
+
+    config = _load(args.config)
+    updates: dict[str, Any] = {}
+    if args.tracking_uri:
+        updates["tracking"] = config.tracking.model_copy(update={"uri": args.tracking_uri})
+    if args.storage:
+        updates["storage"] = args.storage
+    if args.seed is not None:
+        updates["search"] = config.search.model_copy(update={"seed": args.seed})
+    if updates:
+        config = config.model_copy(update=updates)
+    result = Search(
+        config,
+        trials=args.trials,
+        backend=args.backend,
+        address=args.address,
+        workers=args.workers,
+        resume=args.resume,
+        progress=not args.no_progress,
+    ).run()
+    failed = int((result.trials["state"] == "failed").sum()) if not result.trials.empty else 0
+    print(result.pareto.drop(columns=["run_id"], errors="ignore").to_string(index=False))
+    experiment = config.tracking.experiment or config.name
+    print(
+        f"\nfront: {len(result.pareto)} models, hypervolume {result.hypervolume:.4f}, "
+        f"{len(result.trials)} trials ({failed} failed); MLflow run {result.mlflow_run_id}\n"
+        f"next: frontier pareto --experiment {experiment}   |   "
+        f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
+        "--export picked/"
+    )
+    return 0
+
+
+def _where(text: str | None) -> list[Any]:
+    import re
+
+    from ._config import Constraint
+
+    if not text:
+        return []
+    parts = [p for p in re.split(r",|\band\b", text) if p.strip()]
+    try:
+        return [Constraint.parse(p) for p in parts]
+    except ValueError as err:
+        raise UsageError(f"--where: {err}") from None
+
+
+_INFO_COLUMNS = ("run_id", "trial", "rung", "pareto", "state")
+
+
+class UsageError(ValueError):
+    """A bad command-line expression (reported like a config error)."""
+
+
+def _front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from ._tracking import find_search, front_frame
+
+    uri = _tracking_uri(args)
+    parent = find_search(uri, args.experiment, getattr(args, "run", None))
+    frame = front_frame(uri, parent, members_only=not getattr(args, "all", False))
+    for c in _where(args.where):
+        if c.objective not in frame.columns:
+            metrics = [k for k in frame.columns if k not in _INFO_COLUMNS]
+            raise UsageError(
+                f"--where: {c.objective!r} is not a metric of this search; have: {metrics}"
+            )
+        frame = frame[[c.holds(v) for v in frame[c.objective]]]
+    return uri, parent, frame
+
+
+def _order(frame: Any, key: str, objectives: list[Any]) -> Any:
+    name = key.lstrip("+-")
+    if name not in frame.columns:
+        raise UsageError(f"--sort: {name!r} is not a column; have: {list(frame.columns)}")
+    if key[0] in "+-":
+        ascending = key[0] == "+"
+    else:
+        direction = {o.name: o.direction for o in objectives}.get(name, "minimize")
+        ascending = direction == "minimize"
+    return frame.sort_values(name, ascending=ascending, kind="stable")
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    from ._tracking import objectives_of
+
+    _, parent, frame = _front(args)
+    objectives = objectives_of(parent)
+    if not frame.empty:
+        frame = _order(frame, args.sort or objectives[0].name, objectives)
+    if args.format == "csv":
+        print(frame.to_csv(index=False), end="")
+    elif args.format == "json":
+        print(frame.to_json(orient="records", indent=2))
+    else:
+        print(
+            f"search {parent.info.run_name} ({parent.info.run_id}), "
+            f"constraints {parent.data.tags.get('frontier.constraints', '[]')}"
+        )
+        shown = frame.drop(columns=[c for c in ("pareto", "state") if not args.all], errors="ignore")
+        print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
+    return 0
+
+
+def cmd_pick(args: argparse.Namespace) -> int:
+    from ._tracking import download, objectives_of
+
+    if bool(args.run_id) == bool(args.best):
+        raise UsageError("pick: give a RUN_ID or --best OBJECTIVE (one of them)")
+    uri, parent, frame = _front(args)
+    if args.run_id:
+        match = frame[frame["run_id"] == args.run_id]
+        if match.empty:
+            from ._tracking import front_frame
+
+            everything = front_frame(uri, parent, members_only=False)
+            match = everything[everything["run_id"] == args.run_id]
+    else:
+        if frame.empty:
+            raise UsageError("pick: no front member matches --where")
+        match = _order(frame, args.best, objectives_of(parent)).head(1)
+    if match.empty:
+        raise UsageError(f"pick: run {args.run_id} is not a trial of that search")
+    row = match.iloc[0].to_dict()
+    out = Path(args.export or f"frontier-pick-trial-{row['trial']}")
+    target = out.parent if out.suffix == ".onnx" else out
+    files = download(uri, row["run_id"], target)
+    if out.suffix == ".onnx":
+        files["model.onnx"] = files["model.onnx"].replace(out)
+        plan = out.with_suffix(".plan.json")
+        files["plan.json"] = files["plan.json"].replace(plan)
+    report = {
+        "run_id": row["run_id"],
+        "trial": int(row["trial"]),
+        "rung": row.get("rung"),
+        "metrics": {o.name: row.get(o.name) for o in objectives_of(parent)},
+        "files": {k: str(v) for k, v in files.items()},
+    }
+    if args.register:
+        report["registered"] = _register(uri, row["run_id"], files["model.onnx"], args)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def _register(uri: str, run_id: str, onnx_path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import mlflow
+    import onnx
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(uri)
+    model = onnx.load(str(onnx_path))
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.onnx.log_model(model, name="model", registered_model_name=args.register)
+    version = str(info.registered_model_version)
+    MlflowClient(tracking_uri=uri).set_registered_model_alias(args.register, args.alias, version)
+    return {"name": args.register, "version": version, "alias": args.alias}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from frontier.latency_models.runner import add_measure_arguments
 
@@ -278,6 +443,43 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--store", help=store_help)
     e.set_defaults(func=cmd_lut_validate)
 
+    p = sub.add_parser("search", help="run a compression search (Optuna; local or Ray)")
+    p.add_argument("config", help="a config file, or a built-in experiment name")
+    p.add_argument("--trials", type=int, help="trial budget (default: the config's)")
+    p.add_argument("--backend", choices=["local", "ray"], help="where trials run")
+    p.add_argument("--address", help="Ray cluster address (implies --backend ray)")
+    p.add_argument("--workers", type=int, help="local worker processes (default 1)")
+    p.add_argument("--resume", action="store_true", help="continue this config's last search")
+    p.add_argument("--seed", type=int, help="override search.seed")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
+    p.add_argument("--storage", help="Optuna storage (a journal file path or a database URL)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_search)
+
+    tracking_help = "MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"
+    where_help = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"
+    p = sub.add_parser("pareto", help="show a search's Pareto front from MLflow")
+    p.add_argument("--experiment", help="MLflow experiment (default: the latest search)")
+    p.add_argument("--run", help="the search's parent run id")
+    p.add_argument("--where", help=where_help)
+    p.add_argument("--sort", help="column to sort by; '+x'/'-x' for ascending/descending")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--all", action="store_true", help="every trial, not only the front")
+    p.add_argument("--tracking-uri", help=tracking_help)
+    p.set_defaults(func=cmd_pareto)
+
+    p = sub.add_parser("pick", help="download (and register) a model from the front")
+    p.add_argument("run_id", nargs="?", help="the trial's MLflow run id")
+    p.add_argument("--best", metavar="OBJECTIVE", help="the front member best on OBJECTIVE")
+    p.add_argument("--experiment", help="MLflow experiment (default: the latest search)")
+    p.add_argument("--run", help="the search's parent run id")
+    p.add_argument("--where", help=where_help)
+    p.add_argument("--export", metavar="PATH", help="a directory, or a .onnx file path")
+    p.add_argument("--register", metavar="NAME", help="register in the MLflow model registry")
+    p.add_argument("--alias", default="champion", help="registry alias (default champion)")
+    p.add_argument("--tracking-uri", help=tracking_help)
+    p.set_defaults(func=cmd_pick)
+
     p = sub.add_parser("experiments", help="built-in experiments")
     esub = p.add_subparsers(dest="action", required=True)
     e = esub.add_parser("list", help="list the built-in experiments")
@@ -291,11 +493,22 @@ def main(argv: list[str] | None = None) -> int:
     from frontier.spaces import PlanError, SpaceError
 
     from ._config import ConfigError
+    from ._engine import SearchError
+    from ._tracking import TrackingError
 
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ConfigError, TaskError, PlanError, SpaceError, TableError) as err:
+    except (
+        ConfigError,
+        UsageError,
+        TrackingError,
+        TaskError,
+        PlanError,
+        SpaceError,
+        TableError,
+        SearchError,
+    ) as err:
         print(f"frontier: error: {err}", file=sys.stderr)
         return 2
     return code
