@@ -144,7 +144,9 @@ def proxy_signals(
         t_logits = teacher(x)
     logits = model(x)
     agreement = float((logits.argmax(-1) == t_logits.argmax(-1)).float().mean())
-    kl = float(F.kl_div(F.log_softmax(logits, -1), F.softmax(t_logits, -1), reduction="batchmean"))
+    kl = float(
+        F.kl_div(F.log_softmax(logits, -1), F.softmax(t_logits, -1), reduction="batchmean").detach()
+    )
     model.zero_grad()
     F.cross_entropy(logits, y).backward()
     saliency, count = 0.0, 0

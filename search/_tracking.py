@@ -39,10 +39,19 @@ def objective_name(key: str) -> str:
     return key.replace("/", "@")
 
 
+def resolve_uri(uri: str) -> str:
+    """``sqlite:///mlflow.db`` made absolute: MLflow caches stores by URI, so a
+    relative one would follow the first working directory, not the current one."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(Path(uri.removeprefix(prefix)).expanduser().resolve())
+    return uri
+
+
 def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=resolve_uri(uri))
 
 
 def _chunks(items: list[Any], size: int = 100) -> list[list[Any]]:
@@ -58,7 +67,7 @@ class Tracker:
     """
 
     def __init__(self, uri: str, experiment: str) -> None:
-        self.uri = uri
+        self.uri = resolve_uri(uri)
         self.client = _client(uri)
         found = self.client.get_experiment_by_name(experiment)
         self.experiment_id = (
@@ -222,7 +231,7 @@ def download(uri: str, run_id: str, out_dir: Path) -> dict[str, Path]:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 path = mlflow.artifacts.download_artifacts(
-                    run_id=run_id, artifact_path=name, dst_path=tmp, tracking_uri=uri
+                    run_id=run_id, artifact_path=name, dst_path=tmp, tracking_uri=resolve_uri(uri)
                 )
             except Exception as err:
                 raise TrackingError(

@@ -314,7 +314,9 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             f"search {parent.info.run_name} ({parent.info.run_id}), "
             f"constraints {parent.data.tags.get('frontier.constraints', '[]')}"
         )
-        shown = frame.drop(columns=[c for c in ("pareto", "state") if not args.all], errors="ignore")
+        shown = frame.drop(
+            columns=[c for c in ("pareto", "state") if not args.all], errors="ignore"
+        )
         print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
     return 0
 
@@ -364,6 +366,9 @@ def _register(uri: str, run_id: str, onnx_path: Path, args: argparse.Namespace) 
     import onnx
     from mlflow.tracking import MlflowClient
 
+    from ._tracking import resolve_uri
+
+    uri = resolve_uri(uri)
     mlflow.set_tracking_uri(uri)
     model = onnx.load(str(onnx_path))
     with mlflow.start_run(run_id=run_id):
