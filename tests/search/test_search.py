@@ -208,3 +208,11 @@ def test_builtin_digits_mcu_config() -> None:
     assert config.metric_names() == ["accuracy", "size_bytes", "latency_ms@local-cpu"]
     assert config.device_names() == ["local-cpu"]
     assert [str(c) for c in config.parsed_constraints()] == ["size_bytes <= 32768"]
+
+
+@pytest.mark.slow
+def test_local_worker_processes(write_config) -> None:
+    path = write_config(constraints=["size_bytes <= 30000"])
+    result = run(path, trials=6, workers=2, progress=False)
+    assert len(result.trials) == 6 and (result.trials.state == "complete").all()
+    assert not result.pareto.empty

@@ -1,0 +1,153 @@
+"""The search against real services started here, on loopback only: an MLflow tracking
+server on 127.0.0.1 and a Ray head node on 127.0.0.2 (DESIGN.md: Ray turns 127.0.0.1
+into the machine's network address)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from frontier.search import run
+from frontier.search.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _bin(name: str) -> str:
+    found = Path(sys.executable).parent / name
+    return str(found) if found.exists() else (shutil.which(name) or name)
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    port = _free_port("127.0.0.1")
+    env = {**os.environ, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    proc = subprocess.Popen(
+        [
+            _bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination", str(tmp_path / "server-artifacts"),
+            "--workers", "1",
+        ],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        raise RuntimeError("mlflow server did not start in 90 s")
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def test_remote_tracking_server(write_config, workdir: Path, mlflow_server: str, capsys) -> None:
+    os.environ.setdefault("NO_PROXY", "127.0.0.1")
+    path = write_config(constraints=["size_bytes <= 30000"])
+    assert main(["search", str(path), "--trials", "8", "--tracking-uri", mlflow_server,
+                 "--no-progress"]) == 0  # fmt: skip
+    assert not (workdir / "mlflow.db").exists()  # everything went to the server
+    capsys.readouterr()
+    assert main(["pareto", "--tracking-uri", mlflow_server, "--format", "json"]) == 0
+    front = json.loads(capsys.readouterr().out)
+    assert front and all(r["size_bytes"] <= 30000 for r in front)
+    assert main(["pick", "--tracking-uri", mlflow_server, "--best", "size_bytes",
+                 "--export", "got"]) == 0  # fmt: skip
+    assert (workdir / "got" / "model.onnx").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port("127.0.0.2")
+    temp = tmp_path_factory.mktemp("ray")
+    import secrets
+
+    # token authentication (Ray's default) with a token of this test's own, so nothing
+    # is written to ~/.ray; the driver and every worker read it from the environment
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, **auth}
+    cmd = [
+        _bin("ray"), "start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}",
+        "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+        f"--temp-dir={temp}",
+    ]  # fmt: skip
+    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
+    old = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)
+    yield f"127.0.0.2:{port}"
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    subprocess.run([_bin("ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _kill_one_busy_worker(stop: threading.Event, killed: list[int]) -> None:
+    import psutil
+
+    while not stop.is_set() and not killed:
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = " ".join(p.info["cmdline"] or [])
+            if cmdline.startswith("ray::evaluate_job"):
+                time.sleep(0.3)  # mid-trial, not at its first instruction
+                try:
+                    p.send_signal(signal.SIGKILL)
+                    killed.append(p.info["pid"])
+                except psutil.NoSuchProcess:
+                    continue
+                return
+        time.sleep(0.02)
+
+
+def test_ray_cluster_search_survives_a_killed_worker(write_config, ray_head: str) -> None:
+    path = write_config(
+        objectives=[{"name": "accuracy", "options": {"steps": 200}}, "size_bytes"],
+        constraints=["size_bytes <= 30000"],
+    )
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_one_busy_worker, args=(stop, killed), daemon=True)
+    killer.start()
+    try:
+        result = run(path, trials=8, address=ray_head, progress=False)
+    finally:
+        stop.set()
+        killer.join(timeout=5)
+    assert killed, "no busy Ray worker was found to kill"
+    trials = result.trials
+    assert len(trials) == 8 and (trials.state == "complete").all()
+    assert not result.pareto.empty and (result.pareto.size_bytes <= 30000).all()
+    # same shape as the local backend's result
+    local = run(path, trials=8, progress=False)
+    assert list(local.pareto.columns) == list(result.pareto.columns)
+    assert list(local.trials.columns) == list(result.trials.columns)
