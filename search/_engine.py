@@ -6,8 +6,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,6 +179,9 @@ class Search:
         resume: continue the latest study of this config instead of starting a new one.
         progress: show a progress bar on stderr.
         store: the DeviceStore for device tables.
+        on_trial: called with each finished trial's number.
+        initial: parameter sets (``space.dimensions()`` names) tried first, in order,
+            before the sampler proposes its own (a new study only).
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class Search:
         progress: bool = True,
         store: Any = None,
         on_trial: Callable[[int], None] | None = None,
+        initial: list[dict[str, Any]] | None = None,
     ) -> None:
         if not isinstance(config, Config):
             config = load_config(config)
@@ -220,7 +223,11 @@ class Search:
         self.on_trial = on_trial
         self.records: dict[int, _Record] = {}
         self.constraints: list[Constraint] = self.config.parsed_constraints()
-        self.engine_s = 0.0
+        self.initial = list(initial or [])
+        #: wall seconds of the search loop, and of the evaluations inside it (for
+        #: workers: their own time); the difference is the engine's overhead
+        self.loop_s = 0.0
+        self.eval_s = 0.0
 
     # -- set-up ---------------------------------------------------------------------------
     def _open_study(self) -> None:
@@ -254,6 +261,8 @@ class Search:
         )
         if not self.resume:
             self.study.set_user_attr(CONFIG_ATTR, cfg.name)
+            for params in self.initial:
+                self.study.enqueue_trial(params)
 
     def _backend(self) -> Backend:
         b = self.config.backend
@@ -327,6 +336,7 @@ class Search:
         )
         bar = _Progress(self.progress, cfg.search.trials, self._done())
         status = "FAILED"
+        started = time.perf_counter()
         try:
             self._loop(backend, bar)
             status = "FINISHED"
@@ -335,6 +345,7 @@ class Search:
             print("\nfrontier: interrupted; continue with --resume", file=sys.stderr)
             raise
         finally:
+            self.loop_s = time.perf_counter() - started
             bar.close()
             backend.close()
             self._finish_tracking(emissions, status)
@@ -350,7 +361,6 @@ class Search:
         self.generation = int(self.study.user_attrs.get("frontier.generation", 0))
         total = self.config.search.trials
         while True:
-            tick = time.perf_counter()
             while promotions and len(pending) < backend.slots:
                 number, rung = promotions.pop(0)
                 job = Job(self.records[number].plan, rung)
@@ -364,7 +374,6 @@ class Search:
                 handle = backend.submit(job)
                 pending[handle] = ("trial", trial, job)
                 running += 1
-            self.engine_s += time.perf_counter() - tick
             if not pending:
                 if promotions:
                     continue
@@ -373,7 +382,6 @@ class Search:
                     continue
                 break
             for handle, outcome in backend.wait(list(pending)):
-                tick = time.perf_counter()
                 kind, what, job = pending.pop(handle)
                 if kind == "trial":
                     self._finish_trial(what, job, outcome)
@@ -382,12 +390,9 @@ class Search:
                         self.on_trial(what.number)
                 else:
                     self._finish_promotion(what, job.rung, outcome)
-                self.engine_s += time.perf_counter() - tick
             if since_generation >= self.config.search.population:
                 since_generation = 0
-                tick = time.perf_counter()
                 promotions += self._generation()
-                self.engine_s += time.perf_counter() - tick
             front = self.front_numbers()
             bar.update(self._done(), f"front {len(front)}  HV {self.hv:.4f}")
 
@@ -415,7 +420,7 @@ class Search:
             rec = _Record(trial.number, params, job.plan, "complete")
             rec.rungs[0] = dict(outcome.values)
             self.records[trial.number] = rec
-            self.eval_s = getattr(self, "eval_s", 0.0) + outcome.wall_s
+            self.eval_s += outcome.wall_s
         self._log_trial(rec)
 
     def _finish_promotion(
@@ -430,7 +435,7 @@ class Search:
             rec.rungs[rung] = {}  # counts as tried; keeps the lower rung's values
         else:
             rec.rungs[rung] = dict(outcome.values)
-            self.eval_s = getattr(self, "eval_s", 0.0) + outcome.wall_s
+            self.eval_s += outcome.wall_s
         self.study.set_user_attr(
             RUNG_ATTR + str(number), {str(r): v for r, v in rec.rungs.items() if r > 0}
         )
@@ -457,6 +462,11 @@ class Search:
             and (rung is None or r.rung >= rung)
             and self.feasible(r.values(rung))
         ]
+        # a sampler may propose a plan twice; the front lists each plan once
+        unique: dict[str, _Record] = {}
+        for r in sorted(recs, key=lambda r: r.number):
+            unique.setdefault(json.dumps(r.plan, sort_keys=True), r)
+        recs = list(unique.values())
         if not recs:
             return []
         mask = pareto_mask(self._matrix(recs, rung), self.objectives)
@@ -621,13 +631,12 @@ class Search:
 
     def _finish_tracking(self, emissions: Any, status: str) -> None:
         metrics: dict[str, float] = {
-            "engine_s": self.engine_s,
-            "evaluation_s": getattr(self, "eval_s", 0.0),
+            "search_loop_s": self.loop_s,
+            "evaluation_s": self.eval_s,
             "failed_trials": sum(1 for r in self.records.values() if r.state == "failed"),
         }
         if emissions is not None:
-            with _quiet_codecarbon():
-                kg = emissions.stop() or 0.0
+            kg = emissions.stop() or 0.0
             data = emissions.final_emissions_data
             metrics["search_co2e_g"] = float(kg) * 1000.0
             metrics["search_energy_kwh"] = float(getattr(data, "energy_consumed", 0.0) or 0.0)
@@ -690,17 +699,11 @@ def run(config: Config | str | Path, **options: Any) -> SearchResult:
     return Search(config, **options).run()
 
 
-@contextmanager
-def _quiet_codecarbon() -> Iterator[None]:
+def _quiet_codecarbon() -> None:
+    """CodeCarbon logs at INFO every 15 s; a search's output is its progress bar."""
     import logging
 
-    logger = logging.getLogger("codecarbon")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    logging.getLogger("codecarbon").setLevel(logging.ERROR)
 
 
 def _emissions_tracker(country_iso: str) -> Any:
@@ -708,11 +711,12 @@ def _emissions_tracker(country_iso: str) -> Any:
     try:
         from codecarbon import OfflineEmissionsTracker
 
-        with _quiet_codecarbon():
-            tracker = OfflineEmissionsTracker(
-                country_iso_code=country_iso, save_to_file=False, log_level="error"
-            )
-            tracker.start()
+        _quiet_codecarbon()
+        tracker = OfflineEmissionsTracker(
+            country_iso_code=country_iso, save_to_file=False, log_level="error"
+        )
+        _quiet_codecarbon()  # the tracker sets its own level on creation
+        tracker.start()
         return tracker
     except Exception as err:  # carbon accounting must never stop a search
         print(f"warning: CodeCarbon unavailable ({err}); no search energy logged", file=sys.stderr)
