@@ -238,6 +238,7 @@ class SearchSection(_Section):
     trials: int = Field(default=200, ge=1)
     seed: int = 0
     population: int = Field(default=20, ge=2)
+    anchors: bool = True
     fidelity: FidelitySection = Field(default_factory=FidelitySection)
 
 

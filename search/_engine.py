@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._anchors import anchor_params
 from ._backends import Backend, InProcess, Job, LocalProcesses, RayBackend
 from ._config import Config, Constraint, load_config
 from ._evaluation import ACCURACY, Evaluation, TrialResult
@@ -25,6 +26,15 @@ RUN_ATTR = "frontier.mlflow_run_id"
 BASELINE_ATTR = "frontier.baseline"
 INTERRUPTED_ATTR = "frontier.interrupted"
 RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
+
+
+def no_telemetry() -> None:
+    """Frontier sends nothing anywhere: MLflow's telemetry and Ray's usage stats are off
+    unless the user turned them on explicitly."""
+    import os
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 class SearchError(RuntimeError):
@@ -198,6 +208,7 @@ class Search:
         on_trial: Callable[[int], None] | None = None,
         initial: list[dict[str, Any]] | None = None,
     ) -> None:
+        no_telemetry()
         if not isinstance(config, Config):
             config = load_config(config)
         updates: dict[str, Any] = {}
@@ -228,6 +239,7 @@ class Search:
         #: workers: their own time); the difference is the engine's overhead
         self.loop_s = 0.0
         self.eval_s = 0.0
+        self._last_front_csv = ""
 
     # -- set-up ---------------------------------------------------------------------------
     def _open_study(self) -> None:
@@ -261,7 +273,10 @@ class Search:
         )
         if not self.resume:
             self.study.set_user_attr(CONFIG_ATTR, cfg.name)
-            for params in self.initial:
+            initial = list(self.initial)
+            if cfg.search.anchors:
+                initial += [p for p in anchor_params(self.evaluation.space) if p not in initial]
+            for params in initial[: cfg.search.trials]:
                 self.study.enqueue_trial(params)
 
     def _backend(self) -> Backend:
@@ -348,6 +363,7 @@ class Search:
             self.loop_s = time.perf_counter() - started
             bar.close()
             backend.close()
+            bar.update(self._done(), "")
             self._finish_tracking(emissions, status)
         return self.result()
 
@@ -360,6 +376,7 @@ class Search:
         since_generation = 0
         self.generation = int(self.study.user_attrs.get("frontier.generation", 0))
         total = self.config.search.trials
+        shown = 0.0
         while True:
             while promotions and len(pending) < backend.slots:
                 number, rung = promotions.pop(0)
@@ -393,8 +410,9 @@ class Search:
             if since_generation >= self.config.search.population:
                 since_generation = 0
                 promotions += self._generation()
-            front = self.front_numbers()
-            bar.update(self._done(), f"front {len(front)}  HV {self.hv:.4f}")
+            if bar.enabled and time.monotonic() - shown > 0.5:
+                shown = time.monotonic()
+                bar.update(self._done(), f"front {len(self.front_numbers())}  HV {self.hv:.4f}")
 
     # -- trials ---------------------------------------------------------------------------
     def _finish_trial(self, trial: Any, job: Job, outcome: TrialResult | BaseException) -> None:
@@ -599,8 +617,11 @@ class Search:
             step=self.generation,
         )
         frame = self.pareto_frame()
-        self.tracker.log_text(self.parent, frame.to_csv(index=False), "pareto.csv")
-        _plot_fronts(self, frame)
+        text = frame.to_csv(index=False)
+        if text != self._last_front_csv:  # plots and CSV only when the front moved
+            self._last_front_csv = text
+            self.tracker.log_text(self.parent, text, "pareto.csv")
+            _plot_fronts(self, frame)
 
     def _export(self, rec: _Record) -> None:
         """A front member's ONNX model (the one its accuracy was measured on) and plan."""

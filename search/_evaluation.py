@@ -150,7 +150,7 @@ class Evaluation:
         from frontier.evaluators import Candidate
 
         candidate = Candidate(plan)
-        if ACCURACY in self.metrics:
+        if ACCURACY in self.metrics and self.rungs[rung] != "proxy":
             model, _ = self.evaluator(ACCURACY, rung).fit(candidate, self.context)
             return model
         return self.context.compressed(candidate)

@@ -498,9 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     from frontier.spaces import PlanError, SpaceError
 
     from ._config import ConfigError
-    from ._engine import SearchError
+    from ._engine import SearchError, no_telemetry
     from ._tracking import TrackingError
 
+    no_telemetry()
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -216,3 +216,15 @@ def test_local_worker_processes(write_config) -> None:
     result = run(path, trials=6, workers=2, progress=False)
     assert len(result.trials) == 6 and (result.trials.state == "complete").all()
     assert not result.pareto.empty
+
+
+def test_uniform_anchors_are_tried_first(write_config) -> None:
+    path = write_config(constraints=[])
+    result = run(path, trials=9, progress=False)
+    seen = set()
+    for t in result.study.trials:
+        ratios = {v for k, v in t.params.items() if k.startswith("prune.")}
+        wbits = {v for k, v in t.params.items() if k.startswith("wbits.")}
+        assert len(ratios) == 1 and len(wbits) == 1  # every layer the same
+        seen.add((ratios.pop(), wbits.pop()))
+    assert seen == {(r, b) for r in (0.0, 0.5, 0.75) for b in (4, 8, 32)}
