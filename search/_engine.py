@@ -142,6 +142,41 @@ def _studies(storage: Any, config_name: str) -> list[Any]:
     return sorted(found, key=lambda s: s._study_id)
 
 
+class _Background:
+    """MLflow writes, in order, on one background thread, so the search loop does not
+    wait on the tracking store. A write that fails is reported once, and the search
+    goes on (a resumed search writes the trial runs that are missing)."""
+
+    def __init__(self) -> None:
+        import concurrent.futures as cf
+
+        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontier-mlflow")
+        self._futures: list[Any] = []
+        self.errors: list[str] = []
+
+    def __call__(self, fn: Callable[[], Any]) -> None:
+        self._futures.append(self._pool.submit(fn))
+        self._collect()
+
+    def _collect(self) -> None:
+        pending = []
+        for f in self._futures:
+            if not f.done():
+                pending.append(f)
+            elif f.exception() is not None:
+                err = f"{type(f.exception()).__name__}: {f.exception()}"
+                if not self.errors:
+                    print(f"warning: MLflow write failed: {err}", file=sys.stderr)
+                self.errors.append(err)
+        self._futures = pending
+
+    def drain(self) -> None:
+        import concurrent.futures as cf
+
+        cf.wait(self._futures)
+        self._collect()
+
+
 class _Progress:
     """A rich progress bar on stderr (trials, front size, hypervolume), or nothing."""
 
@@ -240,6 +275,7 @@ class Search:
         self.loop_s = 0.0
         self.eval_s = 0.0
         self._last_front_csv = ""
+        self.later = _Background()
 
     # -- set-up ---------------------------------------------------------------------------
     def _open_study(self) -> None:
@@ -457,9 +493,14 @@ class Search:
         self.study.set_user_attr(
             RUNG_ATTR + str(number), {str(r): v for r, v in rec.rungs.items() if r > 0}
         )
-        if rec.run_id:
-            self.tracker.log_metrics(rec.run_id, rec.rungs[rung], step=rung)
-            self.tracker.set_tags(rec.run_id, self._rung_tags(rec))
+        values, tags = dict(rec.rungs[rung]), self._rung_tags(rec)
+
+        def write() -> None:
+            if rec.run_id:
+                self.tracker.log_metrics(rec.run_id, values, step=rung)
+                self.tracker.set_tags(rec.run_id, tags)
+
+        self.later(write)
 
     # -- the front ------------------------------------------------------------------------
     def feasible(self, values: dict[str, float]) -> bool:
@@ -591,14 +632,20 @@ class Search:
         values = rec.values() if rec.state == "complete" else {}
         if values:
             tags["frontier.feasible"] = str(self.feasible(values)).lower()
-        rec.run_id = self.tracker.log_trial(
-            self.parent,
-            rec.number,
-            params=rec.params,
-            values=values,
-            tags=tags,
-            failed=rec.state == "failed",
-        )
+        params, parent, failed = dict(rec.params), self.parent, rec.state == "failed"
+
+        def write() -> None:
+            rec.run_id = self.tracker.log_trial(
+                parent, rec.number, params=params, values=values, tags=tags, failed=failed
+            )
+
+        self.later(write)
+
+    def _tag_later(self, rec: _Record, tags: dict[str, str]) -> None:
+        def write() -> None:
+            self.tracker.set_tags(rec.run_id, tags)  # the run id exists by now
+
+        self.later(write)
 
     def _log_front(self) -> None:
         front = set(self.front_numbers())
@@ -606,25 +653,33 @@ class Search:
         for n in front ^ was:
             rec = self.records[n]
             rec.on_front = n in front
-            self.tracker.set_tags(rec.run_id, {PARETO_TAG: str(n in front).lower()})
+            self._tag_later(rec, {PARETO_TAG: str(n in front).lower()})
         if self.config.tracking.export_front:
             for n in sorted(front):
                 self._export(self.records[n])
-        hv = self.hv
-        self.tracker.log_metrics(
-            self.parent,
-            {"hypervolume": hv, "front_size": len(front), "trials_done": self._done()},
-            step=self.generation,
-        )
+        metrics = {"hypervolume": self.hv, "front_size": len(front), "trials_done": self._done()}
+        parent, step = self.parent, self.generation
+        self.later(lambda: self.tracker.log_metrics(parent, metrics, step=step))
         frame = self.pareto_frame()
-        text = frame.to_csv(index=False)
-        if text != self._last_front_csv:  # plots and CSV only when the front moved
-            self._last_front_csv = text
-            self.tracker.log_text(self.parent, text, "pareto.csv")
-            _plot_fronts(self, frame)
+        text = frame.drop(columns="run_id").to_csv(index=False)
+        if text == self._last_front_csv:
+            return  # plots and CSV only when the front moved
+        self._last_front_csv = text
+        members = [self.records[n] for n in frame["trial"]] if not frame.empty else []
+        points = self._matrix([r for r in self.records.values() if r.state == "complete"], None)
+
+        def write() -> None:
+            frame["run_id"] = [r.run_id for r in members]  # known once earlier writes ran
+            self.tracker.log_text(parent, frame.to_csv(index=False), "pareto.csv")
+            _plot_fronts(self.tracker, parent, self.objectives, points, frame)
+
+        self.later(write)
 
     def _export(self, rec: _Record) -> None:
-        """A front member's ONNX model (the one its accuracy was measured on) and plan."""
+        """A front member's ONNX model (the one its accuracy was measured on) and plan.
+        The model is built here (torch work stays on the search thread: seeded); the
+        upload happens in the background."""
+        import shutil
         import tempfile
         import warnings
 
@@ -633,28 +688,36 @@ class Search:
         if rec.exported_rung == rec.rung:
             return
         plan = self.evaluation.plan(rec.plan)
-        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = self.evaluation.scored_model(plan, max(rec.rung, 0))
-            onnx_path = Path(tmp) / MODEL_FILE
             result = export_onnx(
                 model,
                 plan,
                 self.evaluation.example,
-                onnx_path,
+                tmp / MODEL_FILE,
                 calibration_data=self.evaluation.context.calibration(),
             )
-            plan_path = Path(tmp) / PLAN_FILE
-            plan_path.write_text(plan.to_json())
-            self.tracker.log_artifact_files(rec.run_id, [onnx_path, plan_path])
-        self.tracker.set_tags(rec.run_id, {"frontier.onnx_precision": result.precision})
+        (tmp / PLAN_FILE).write_text(plan.to_json())
         rec.exported_rung = rec.rung
 
+        def write() -> None:
+            try:
+                self.tracker.log_artifact_files(rec.run_id, [tmp / MODEL_FILE, tmp / PLAN_FILE])
+                self.tracker.set_tags(rec.run_id, {"frontier.onnx_precision": result.precision})
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+        self.later(write)
+
     def _finish_tracking(self, emissions: Any, status: str) -> None:
+        self.later.drain()
         metrics: dict[str, float] = {
             "search_loop_s": self.loop_s,
             "evaluation_s": self.eval_s,
             "failed_trials": sum(1 for r in self.records.values() if r.state == "failed"),
+            "tracking_errors": len(self.later.errors),
         }
         if emissions is not None:
             kg = emissions.stop() or 0.0
@@ -744,28 +807,30 @@ def _emissions_tracker(country_iso: str) -> Any:
         return None
 
 
-def _plot_fronts(search: Search, frame: pd.DataFrame) -> None:
-    """2-D projections of the feasible trials and the front, one PNG per objective pair."""
+def _plot_fronts(
+    tracker: Tracker,
+    parent: str,
+    objectives: list[Objective],
+    points: np.ndarray,
+    frame: pd.DataFrame,
+) -> None:
+    """2-D projections of the trials and the front, one PNG per objective pair
+    (matplotlib's object API: safe off the main thread)."""
     import itertools
     import tempfile
 
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    objectives = search.objectives
-    if len(objectives) < 2:
+    if len(objectives) < 2 or len(points) == 0:
         return
-    recs = [r for r in search.records.values() if r.state == "complete"]
-    if not recs:
-        return
-    allv = search._matrix(recs, None)
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         for (i, a), (j, b) in itertools.combinations(enumerate(objectives), 2):
-            fig, ax = plt.subplots(figsize=(5, 4))
-            ax.scatter(allv[:, i], allv[:, j], s=8, c="0.7", label="trials")
+            fig = Figure(figsize=(5, 4))
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot()
+            ax.scatter(points[:, i], points[:, j], s=8, c="0.7", label="trials")
             if not frame.empty:
                 ax.scatter(frame[a.name], frame[b.name], s=18, c="tab:red", label="front")
             ax.set_xlabel(f"{a.name} ({a.direction})")
@@ -774,6 +839,5 @@ def _plot_fronts(search: Search, frame: pd.DataFrame) -> None:
             fig.tight_layout()
             path = Path(tmp) / f"{a.name}--{b.name}.png".replace("@", "_at_")
             fig.savefig(path, dpi=80)
-            plt.close(fig)
             files.append(path)
-        search.tracker.log_artifact_files(search.parent, files, "front")
+        tracker.log_artifact_files(parent, files, "front")
