@@ -124,13 +124,19 @@ class Tracker:
             tags={PARENT_TAG: parent, TRIAL_TAG: str(number), KIND_TAG: "trial"},
         )
         run_id = str(run.info.run_id)
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(metric_key(k), float(v), now, 0) for k, v in values.items()]
         items = [Param(k, str(v)) for k, v in params.items()]
-        chunks = _chunks(items)
-        for i, chunk in enumerate(chunks):
-            extra = [RunTag(k, v) for k, v in tags.items()] if i == 0 else []
-            self.client.log_batch(run_id, params=chunk, tags=extra)
-        if values:
-            self.log_metrics(run_id, values)
+        for i, chunk in enumerate(_chunks(items)):  # one write for most plans
+            first = i == 0
+            self.client.log_batch(
+                run_id,
+                params=chunk,
+                metrics=metrics if first else [],
+                tags=[RunTag(k, v) for k, v in tags.items()] if first else [],
+            )
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
         return run_id
 

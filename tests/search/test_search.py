@@ -228,3 +228,23 @@ def test_uniform_anchors_are_tried_first(write_config) -> None:
         assert len(ratios) == 1 and len(wbits) == 1  # every layer the same
         seen.add((ratios.pop(), wbits.pop()))
     assert seen == {(r, b) for r in (0.0, 0.5, 0.75) for b in (4, 8, 32)}
+
+
+def test_buffered_journal_is_durable_at_flush(tmp_path: Path) -> None:
+    import optuna
+
+    path = str(tmp_path / "j.journal")
+    writer = open_storage(path, single_writer=True)
+    study = optuna.create_study(study_name="s", storage=writer)
+    for x in (1.0, 2.0):
+        trial = study.ask()
+        study.tell(trial, trial.suggest_float("x", 0, 3) + x)
+    assert optuna.get_all_study_names(open_storage(path)) == []  # not on disk yet
+    writer.flush()
+    reader = optuna.load_study(study_name="s", storage=open_storage(path))
+    assert [t.state.name for t in reader.trials] == ["COMPLETE", "COMPLETE"]
+    assert [t.params for t in reader.trials] == [t.params for t in study.trials]
+    trial = study.ask()  # the writer goes on from where the file ends
+    study.tell(trial, 0.5)
+    writer.flush()
+    assert len(optuna.load_study(study_name="s", storage=open_storage(path)).trials) == 3
