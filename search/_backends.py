@@ -71,16 +71,27 @@ class InProcess(Backend):
         return [(h, self._done.pop(h)) for h in handles if h in self._done]
 
 
+@dataclass(eq=False)  # a handle: hashed by identity
+class _Attempt:
+    job: Job
+    future: cf.Future[TrialResult]
+    tries: int = 1
+
+
 class LocalProcesses(Backend):
-    """N worker processes on this machine (``--workers N``); a worker that dies costs
-    its trial a failure, and the pool is rebuilt."""
+    """N worker processes on this machine (``--workers N``). A worker that dies
+    mid-trial (killed, out of memory) breaks the pool: it is rebuilt and the trials it
+    was running are retried, up to ``max_retries`` times each."""
 
     name = "local"
 
-    def __init__(self, config_json: str, tables: Mapping[str, Any], workers: int) -> None:
+    def __init__(
+        self, config_json: str, tables: Mapping[str, Any], workers: int, max_retries: int = 2
+    ) -> None:
         self.slots = workers
         self.config_json = config_json
         self.tables = dict(tables)
+        self.max_retries = max_retries
         self._pool = self._new_pool()
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
@@ -88,7 +99,7 @@ class LocalProcesses(Backend):
             max_workers=self.slots, mp_context=multiprocessing.get_context("spawn")
         )
 
-    def submit(self, job: Job) -> Any:
+    def _start(self, job: Job) -> cf.Future[TrialResult]:
         try:
             return self._pool.submit(
                 evaluate_job, self.config_json, self.tables, job.plan, job.rung
@@ -99,20 +110,37 @@ class LocalProcesses(Backend):
                 evaluate_job, self.config_json, self.tables, job.plan, job.rung
             )
 
+    def submit(self, job: Job) -> Any:
+        return _Attempt(job, self._start(job))
+
     def wait(self, handles: list[Any]) -> list[tuple[Any, TrialResult | BaseException]]:
-        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
-        out: list[tuple[Any, TrialResult | BaseException]] = []
-        broken = False
-        for h in done:
-            err = h.exception()
-            broken |= isinstance(err, cf.process.BrokenProcessPool)
-            out.append((h, err if err is not None else h.result()))
-        if broken:
-            self._pool = self._new_pool()
-        return out
+        while True:
+            done, _ = cf.wait([h.future for h in handles], return_when=cf.FIRST_COMPLETED)
+            out: list[tuple[Any, TrialResult | BaseException]] = []
+            broken = [h for h in handles if h.future in done and _is_broken(h.future)]
+            if broken:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._new_pool()
+            for h in handles:
+                if h.future not in done and not broken:
+                    continue
+                if h.future in done and not _is_broken(h.future):
+                    err = h.future.exception()
+                    out.append((h, err if err is not None else h.future.result()))
+                elif h.tries <= self.max_retries:
+                    h.tries += 1  # the pool broke under it: run it again
+                    h.future = self._start(h.job)
+                else:
+                    out.append((h, RuntimeError(f"worker died {h.tries} times running it")))
+            if out:
+                return out
 
     def close(self) -> None:
         self._pool.shutdown(cancel_futures=True)
+
+
+def _is_broken(future: cf.Future[Any]) -> bool:
+    return future.done() and isinstance(future.exception(), cf.process.BrokenProcessPool)
 
 
 class RayBackend(Backend):

@@ -365,7 +365,9 @@ class Search:
                 max_retries=b.max_retries,
             )
         if b.workers > 1:
-            return LocalProcesses(self.config.model_dump_json(), self.evaluation.tables, b.workers)
+            return LocalProcesses(
+                self.config.model_dump_json(), self.evaluation.tables, b.workers, b.max_retries
+            )
         return InProcess(self.evaluation)
 
     def _restore(self) -> None:

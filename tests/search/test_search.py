@@ -210,11 +210,35 @@ def test_builtin_digits_mcu_config() -> None:
     assert [str(c) for c in config.parsed_constraints()] == ["size_bytes <= 32768"]
 
 
+def _kill_a_pool_worker(stop, killed: list[int]) -> None:
+    import psutil
+
+    me = psutil.Process()
+    while not stop.is_set() and not killed:
+        workers = [p for p in me.children() if "spawn_main" in " ".join(p.cmdline())]
+        if workers:
+            time.sleep(4.0)  # importing torch, building the task, or mid-trial
+            workers[0].send_signal(signal.SIGKILL)
+            killed.append(workers[0].pid)
+            return
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
-def test_local_worker_processes(write_config) -> None:
+def test_local_worker_processes_survive_a_killed_worker(write_config) -> None:
+    import threading
+
     path = write_config(constraints=["size_bytes <= 30000"])
-    result = run(path, trials=6, workers=2, progress=False)
-    assert len(result.trials) == 6 and (result.trials.state == "complete").all()
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_a_pool_worker, args=(stop, killed), daemon=True)
+    killer.start()
+    try:
+        result = run(path, trials=8, workers=2, progress=False)
+    finally:
+        stop.set()
+        killer.join(timeout=10)
+    assert killed
+    assert len(result.trials) == 8 and (result.trials.state == "complete").all()
     assert not result.pareto.empty
 
 
