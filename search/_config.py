@@ -310,6 +310,20 @@ class Config(_Section):
             raise ValueError("backend.address needs backend.kind: ray")
         return self
 
+    def override(self, values: dict[str, Any], *, source: str = "command line") -> Config:
+        """A copy with dotted fields replaced (``{"search.trials": 5}``), validated like
+        a file: errors name ``source`` and the field. ``None`` values are ignored."""
+        data = self.model_dump()
+        for dotted, value in values.items():
+            if value is None:
+                continue
+            *path, last = dotted.split(".")
+            node = data
+            for key in path:
+                node = node[key]
+            node[last] = value
+        return parse_config(data, source=source)
+
     def parsed_constraints(self) -> list[Constraint]:
         return [Constraint.parse(c) for c in self.constraints]
 

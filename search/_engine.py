@@ -283,23 +283,14 @@ class Search:
         no_telemetry()
         if not isinstance(config, Config):
             config = load_config(config)
-        updates: dict[str, Any] = {}
-        if backend is not None or address is not None or workers is not None:
-            b = config.backend.model_copy(
-                update={
-                    k: v
-                    for k, v in {
-                        "kind": backend or ("ray" if address else None),
-                        "address": address,
-                        "workers": workers,
-                    }.items()
-                    if v is not None
-                }
-            )
-            updates["backend"] = b
-        if trials is not None:
-            updates["search"] = config.search.model_copy(update={"trials": trials})
-        self.config = config.model_copy(update=updates) if updates else config
+        self.config = config.override(
+            {
+                "backend.kind": backend or ("ray" if address else None),
+                "backend.address": address,
+                "backend.workers": workers,
+                "search.trials": trials,
+            }
+        )
         self.resume = resume
         self.progress = progress
         self.store = store

@@ -217,16 +217,9 @@ def _tracking_uri(args: argparse.Namespace) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     from ._engine import Search
 
-    config = _load(args.config)
-    updates: dict[str, Any] = {}
-    if args.tracking_uri:
-        updates["tracking"] = config.tracking.model_copy(update={"uri": args.tracking_uri})
-    if args.storage:
-        updates["storage"] = args.storage
-    if args.seed is not None:
-        updates["search"] = config.search.model_copy(update={"seed": args.seed})
-    if updates:
-        config = config.model_copy(update=updates)
+    config = _load(args.config).override(
+        {"tracking.uri": args.tracking_uri, "storage": args.storage, "search.seed": args.seed}
+    )
     result = Search(
         config,
         trials=args.trials,
