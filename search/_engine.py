@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -26,7 +27,8 @@ RUN_ATTR = "frontier.mlflow_run_id"
 BASELINE_ATTR = "frontier.baseline"
 INTERRUPTED_ATTR = "frontier.interrupted"
 RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
-#: pareto.csv and the front plots are refreshed at most this often (and at the end)
+#: pareto.csv, the front plots and front members' ONNX files are refreshed at most this
+#: often (and at the end)
 PLOT_INTERVAL_S = 20.0
 
 
@@ -76,6 +78,11 @@ class _Record:
     run_id: str = ""
     on_front: bool = False  # as last tagged in MLflow
     exported_rung: int = -1
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The plan, canonically: equal plans have equal keys."""
+        return json.dumps(self.plan, sort_keys=True)
 
     @property
     def rung(self) -> int:
@@ -305,6 +312,9 @@ class Search:
         self._last_front_csv = ""
         self._last_plot = -math.inf
         self.later = _Background()
+        #: bumped whenever a trial or promotion lands; keys the front cache
+        self._changes = 0
+        self._front_cache: dict[tuple[int, int | None], list[int]] = {}
 
     # -- set-up ---------------------------------------------------------------------------
     def _open_study(self) -> None:
@@ -500,6 +510,7 @@ class Search:
             self.study.tell(trial, state=TrialState.FAIL)
             rec = _Record(trial.number, params, job.plan, "failed", error=error)
             self.records[trial.number] = rec
+            self._changes += 1
             print(
                 f"frontier: trial {trial.number} failed: {error.splitlines()[0]}", file=sys.stderr
             )
@@ -513,6 +524,7 @@ class Search:
             rec = _Record(trial.number, params, job.plan, "complete")
             rec.rungs[0] = dict(outcome.values)
             self.records[trial.number] = rec
+            self._changes += 1
             self.eval_s += outcome.wall_s
         self.flush()  # the trial is on disk before MLflow hears of it
         self._log_trial(rec)
@@ -521,6 +533,7 @@ class Search:
         self, number: int, rung: int, outcome: TrialResult | BaseException
     ) -> None:
         rec = self.records[number]
+        self._changes += 1
         if isinstance(outcome, BaseException):
             print(
                 f"frontier: promoting trial {number} to rung {rung} failed: {outcome}",
@@ -555,6 +568,9 @@ class Search:
     def front_numbers(self, rung: int | None = None) -> list[int]:
         """Trial numbers on the feasible front, each at its highest rung (or at ``rung``,
         among those that reached it)."""
+        cache_key = (self._changes, rung)
+        if cache_key in self._front_cache:
+            return list(self._front_cache[cache_key])
         recs = [
             r
             for r in self.records.values()
@@ -565,12 +581,15 @@ class Search:
         # a sampler may propose a plan twice; the front lists each plan once
         unique: dict[str, _Record] = {}
         for r in sorted(recs, key=lambda r: r.number):
-            unique.setdefault(json.dumps(r.plan, sort_keys=True), r)
+            unique.setdefault(r.key, r)
         recs = list(unique.values())
-        if not recs:
-            return []
-        mask = pareto_mask(self._matrix(recs, rung), self.objectives)
-        return [r.number for r, m in zip(recs, mask, strict=True) if m]
+        front = []
+        if recs:
+            mask = pareto_mask(self._matrix(recs, rung), self.objectives)
+            front = [r.number for r, m in zip(recs, mask, strict=True) if m]
+        self._front_cache = {k: v for k, v in self._front_cache.items() if k[0] == self._changes}
+        self._front_cache[cache_key] = front
+        return list(front)
 
     @property
     def hv(self) -> float:
@@ -696,20 +715,20 @@ class Search:
             rec = self.records[n]
             rec.on_front = n in front
             self._tag_later(rec, {PARETO_TAG: str(n in front).lower()})
-        if self.config.tracking.export_front:
-            for n in sorted(front):
-                self._export(self.records[n])
         metrics = {"hypervolume": self.hv, "front_size": len(front), "trials_done": self._done()}
         parent, step = self.parent, self.generation
         self.later(lambda: self.tracker.log_metrics(parent, metrics, step=step))
         frame = self.pareto_frame()
         text = frame.drop(columns="run_id").to_csv(index=False)
         if text == self._last_front_csv:
-            return  # plots and CSV only when the front moved,
+            return  # artifacts only when the front moved,
         if not final and time.monotonic() - self._last_plot < PLOT_INTERVAL_S:
-            return  # and at most every PLOT_INTERVAL_S (a plot set costs ~0.3 s of CPU)
+            return  # and at most every PLOT_INTERVAL_S (exports and plots cost CPU)
         self._last_front_csv = text
         self._last_plot = time.monotonic()
+        if self.config.tracking.export_front:
+            for n in sorted(front):
+                self._export(self.records[n])
         members = [self.records[n] for n in frame["trial"]] if not frame.empty else []
         points = self._matrix([r for r in self.records.values() if r.state == "complete"], None)
 

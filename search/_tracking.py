@@ -116,12 +116,13 @@ class Tracker:
     ) -> str:
         """One nested run for trial ``number``: the plan's parameters, every metric,
         its rung and state."""
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
+        # tags go with create_run: log_batch writes tags in a transaction of their own
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial-{number}",
-            tags={PARENT_TAG: parent, TRIAL_TAG: str(number), KIND_TAG: "trial"},
+            tags={**tags, PARENT_TAG: parent, TRIAL_TAG: str(number), KIND_TAG: "trial"},
         )
         run_id = str(run.info.run_id)
         from mlflow.entities import Metric
@@ -130,13 +131,7 @@ class Tracker:
         metrics = [Metric(metric_key(k), float(v), now, 0) for k, v in values.items()]
         items = [Param(k, str(v)) for k, v in params.items()]
         for i, chunk in enumerate(_chunks(items)):  # one write for most plans
-            first = i == 0
-            self.client.log_batch(
-                run_id,
-                params=chunk,
-                metrics=metrics if first else [],
-                tags=[RunTag(k, v) for k, v in tags.items()] if first else [],
-            )
+            self.client.log_batch(run_id, params=chunk, metrics=metrics if i == 0 else [])
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
         return run_id
 
