@@ -416,6 +416,10 @@ class Search:
         if BASELINE_ATTR not in self.study.user_attrs:
             self.study.set_user_attr(BASELINE_ATTR, self.evaluation.baseline())
         self.baseline: dict[str, float] = self.study.user_attrs[BASELINE_ATTR]
+        try:
+            self.constraints = [c.resolve(self.baseline) for c in self.config.parsed_constraints()]
+        except ValueError as err:
+            raise SearchError(str(err)) from None
         self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment or cfg.name)
         self._start_tracking()
         self.flush()
@@ -659,6 +663,7 @@ class Search:
                         [{"name": o.name, "direction": o.direction} for o in self.objectives]
                     ),
                     "frontier.constraints": json.dumps([str(c) for c in self.constraints]),
+                    "frontier.constraints_as_written": json.dumps(cfg.constraints),
                     "frontier.reference_point": json.dumps(
                         {o.name: REFERENCE for o in self.objectives}
                     ),

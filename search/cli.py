@@ -269,7 +269,12 @@ def _front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     uri = _tracking_uri(args)
     parent = find_search(uri, args.experiment, getattr(args, "run", None))
     frame = front_frame(uri, parent, members_only=not getattr(args, "all", False))
+    baseline = json.loads(parent.data.tags.get("frontier.baseline", "{}"))
     for c in _where(args.where):
+        try:
+            c = c.resolve(baseline)
+        except ValueError as err:
+            raise UsageError(f"--where: {err}") from None
         if c.objective not in frame.columns:
             metrics = [k for k in frame.columns if k not in _INFO_COLUMNS]
             raise UsageError(

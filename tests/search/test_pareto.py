@@ -42,3 +42,23 @@ def test_constraint_parse_and_violation(text: str, value: float, holds: bool) ->
 def test_constraint_errors_name_the_text(text: str) -> None:
     with pytest.raises(ValueError, match="constraint"):
         Constraint.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "absolute"),
+    [
+        ("macs <= 60%", "macs <= 600"),
+        ("accuracy >= baseline - 0.02", "accuracy >= 0.96"),
+        ("accuracy>=baseline+0.01", "accuracy >= 0.99"),
+        ("size_bytes <= 50", "size_bytes <= 50"),
+    ],
+    ids=["share", "offset-minus", "offset-plus", "absolute"],
+)
+def test_relative_constraints_resolve_against_the_baseline(text: str, absolute: str) -> None:
+    c = Constraint.parse(text).resolve({"macs": 1000.0, "accuracy": 0.98, "size_bytes": 9.0})
+    assert str(c) == absolute
+
+
+def test_unresolved_relative_constraint_refuses_to_judge() -> None:
+    with pytest.raises(ValueError, match="resolve"):
+        Constraint.parse("macs <= 60%").holds(1.0)

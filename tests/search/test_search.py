@@ -272,3 +272,12 @@ def test_buffered_journal_is_durable_at_flush(tmp_path: Path) -> None:
     study.tell(trial, 0.5)
     writer.flush()
     assert len(optuna.load_study(study_name="s", storage=open_storage(path)).trials) == 3
+
+
+def test_relative_constraints_hold_on_the_front(write_config) -> None:
+    path = write_config(constraints=["size_bytes <= 15%", "accuracy >= baseline - 0.5"])
+    result = run(path, trials=8, progress=False)
+    baseline = result.study.user_attrs["frontier.baseline"]
+    assert not result.pareto.empty
+    assert (result.pareto.size_bytes <= 0.15 * baseline["size_bytes"]).all()
+    assert (result.pareto.accuracy >= baseline["accuracy"] - 0.5).all()
