@@ -94,13 +94,14 @@ def export_onnx(
 ) -> ExportResult:
     """Export a compressed model to ONNX.
 
-    Every plan exports as FP32 (simulated quantization stripped, the original FP32
-    weights kept). When the plan's quantized layers are at 8 bits (weights and input
-    activations), the file is a real INT8 model made by ONNX Runtime's static
-    quantization (per-channel symmetric weights, activations calibrated on
-    ``calibration_data``); layers kept above 8 bits are excluded from quantization. A
-    plan with bit widths ONNX Runtime cannot run (below 8 bits) is exported as FP32 with
-    a warning. The plan and any simulated-only bits are stored in the ONNX metadata.
+    Every plan exports as FP32 (the simulation stripped; weights keep the quantized
+    values the simulated model computed with, so the file scores what it scored).
+    When the plan's quantized layers are at 8 bits (weights and input activations),
+    the file is a real INT8 model made by ONNX Runtime's static quantization
+    (per-channel symmetric weights, activations calibrated on ``calibration_data``);
+    layers kept above 8 bits are excluded from quantization. A plan with bit widths ONNX
+    Runtime cannot run (below 8 bits) is exported as FP32 with a warning. The plan and
+    any simulated-only bits are stored in the ONNX metadata.
 
     Args:
         model: the model the plan was applied to (``apply_plan`` output).

@@ -197,18 +197,19 @@ def _unparametrize(module: nn.Module) -> None:
     # the plain class and the original parameter is the whole undo.
     parametrizations: Any = module.parametrizations
     original = parametrizations["weight"].original
-    weight = original.detach()
-    for p in parametrizations["weight"]:
-        if isinstance(p, SparseMask):  # sparsity is structural: the zeros stay
-            weight = weight * p.mask
+    with torch.no_grad():
+        # the values the simulated model computes with: sparsity zeros and quantized
+        # levels, so an exported model scores what the simulated one scored
+        weight = module.weight.detach().clone()
     del module._modules["parametrizations"]
     module.__class__ = type(module).__bases__[0]
     module.register_parameter("weight", nn.Parameter(weight, requires_grad=original.requires_grad))
 
 
 def strip(model: nn.Module) -> nn.Module:
-    """Remove the quantization simulation in place, keeping the FP32 weights (with any
-    unstructured-sparsity zeros applied); returns ``model``."""
+    """Remove the quantization simulation in place; each weight keeps the values the
+    simulated model computed with (quantized levels and sparsity zeros, stored in
+    FP32), and activations are no longer quantized. Returns ``model``."""
     for module in model.modules():
         if parametrize.is_parametrized(module, "weight"):
             _unparametrize(module)

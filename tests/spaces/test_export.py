@@ -71,6 +71,13 @@ def test_low_bits_export_fp32_with_metadata(task: DigitsTask, tmp_path) -> None:
     meta = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
     assert CompressionPlan.from_json(meta["frontier.plan"]) == plan
     assert '"' + name + '": [4, 32]' in meta["frontier.simulated_bits"]
+    # the file computes with the 4-bit weight levels, as the simulated model did
+    x = task.splits()["test"][0][:64]
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"input": x.numpy()})[0]
+    with torch.no_grad():
+        want = compressed(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
