@@ -59,10 +59,8 @@ class InProcess(Backend):
 
     def submit(self, job: Job) -> Any:
         handle, self._next = self._next, self._next + 1
-        metrics = None if job.rung == 0 else ["accuracy"]
         try:
-            plan = self.evaluation.plan(job.plan)
-            self._done[handle] = self.evaluation.evaluate(plan, job.rung, metrics)
+            self._done[handle] = self.evaluation.run_job(job.plan, job.rung)
         except Exception as err:  # a failed trial, recorded by the driver
             self._done[handle] = err
         return handle

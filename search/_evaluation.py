@@ -144,6 +144,11 @@ class Evaluation:
                 values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
         return TrialResult(values, fidelity, details, time.perf_counter() - start)
 
+    def run_job(self, plan: Mapping[str, Any], rung: int) -> TrialResult:
+        """A job as the backends hand it over: plan data scored at ``rung``; rung 0
+        measures every metric, a promotion only what the rung changes (accuracy)."""
+        return self.evaluate(self.plan(plan), rung, None if rung == 0 else [ACCURACY])
+
     def scored_model(self, plan: CompressionPlan, rung: int) -> nn.Module:
         """The model the accuracy at ``rung`` was measured on (fine-tuned where the rung
         fine-tunes; seeded, so the same as during the search), for export."""
@@ -213,5 +218,4 @@ def evaluate_job(
         evaluation = Evaluation(config, tables)
         _WORKER_CACHE.clear()
         _WORKER_CACHE[config_json] = evaluation
-    metrics = None if rung == 0 else [ACCURACY]
-    return evaluation.evaluate(evaluation.plan(plan), rung, metrics)
+    return evaluation.run_job(plan, rung)
