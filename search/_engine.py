@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -162,6 +163,34 @@ class _BufferedJournal:
             self._buffer = []
 
 
+def _driver_lock(url: str) -> Any:
+    """Hold the journal's driver lock for the whole search: the driver buffers its
+    journal writes, so two drivers on one journal would corrupt it. The OS releases the
+    lock when the process dies, so a killed search can always be resumed."""
+    import fcntl
+
+    if "://" in url and not url.startswith("journal:"):
+        return None  # a database storage: Optuna arbitrates
+    path = Path(url.removeprefix("journal:")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path.with_name(path.name + ".driver-lock"), "a+")  # noqa: SIM115
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "another process"
+        handle.close()
+        raise SearchError(
+            f"another frontier search ({owner}) is running on {path}; wait for it to "
+            "finish, or give this one its own storage (--storage PATH)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
 def make_sampler(config: Config) -> Any:
     import optuna
 
@@ -312,6 +341,7 @@ class Search:
         self._last_front_csv = ""
         self._last_plot = -math.inf
         self.later = _Background()
+        self._lock: Any = None  # the journal's driver lock while running
         #: bumped whenever a trial or promotion lands; keys the front cache
         self._changes = 0
         self._front_cache: dict[tuple[int, int | None], list[int]] = {}
@@ -323,6 +353,7 @@ class Search:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         cfg = self.config
         self.storage_url = cfg.storage or default_storage(cfg)
+        self._lock = _driver_lock(self.storage_url)
         self.storage = open_storage(self.storage_url, single_writer=True)
         existing = _studies(self.storage, cfg.name)
         directions: list[Any] = [o.direction for o in self.objectives]
@@ -405,6 +436,15 @@ class Search:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> SearchResult:
+        """Run the search to its trial budget; returns its result."""
+        self._lock = None
+        try:
+            return self._run()
+        finally:
+            if self._lock is not None:
+                self._lock.close()  # releases the driver lock
+
+    def _run(self) -> SearchResult:
         cfg = self.config
         print(f"frontier: building the {cfg.name} task and space ...", file=sys.stderr)
         self.evaluation = Evaluation(cfg, store=self.store)

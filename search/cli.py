@@ -515,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     ) as err:
         print(f"frontier: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130  # the search said how to continue; no traceback
     return code
 
 

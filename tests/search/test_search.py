@@ -281,3 +281,17 @@ def test_relative_constraints_hold_on_the_front(write_config) -> None:
     assert not result.pareto.empty
     assert (result.pareto.size_bytes <= 0.15 * baseline["size_bytes"]).all()
     assert (result.pareto.accuracy >= baseline["accuracy"] - 0.5).all()
+
+
+def test_a_second_driver_on_the_same_journal_is_refused(write_config, workdir: Path) -> None:
+    from frontier.search import SearchError
+    from frontier.search._engine import _driver_lock
+
+    journal = str(workdir / "frontier-optuna.journal")
+    held = _driver_lock(journal)  # as a running search holds it
+    try:
+        with pytest.raises(SearchError, match="another frontier search"):
+            run(write_config(), trials=2, progress=False)
+    finally:
+        held.close()
+    assert len(run(write_config(), trials=2, progress=False).trials) == 2  # free again
