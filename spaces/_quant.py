@@ -11,7 +11,7 @@ model exported at 8 bits behaves like its simulation.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -200,7 +200,7 @@ def _unparametrize(module: nn.Module) -> None:
     with torch.no_grad():
         # the values the simulated model computes with: sparsity zeros and quantized
         # levels, so an exported model scores what the simulated one scored
-        weight = module.weight.detach().clone()
+        weight = cast(torch.Tensor, module.weight).detach().clone()
     del module._modules["parametrizations"]
     module.__class__ = type(module).__bases__[0]
     module.register_parameter("weight", nn.Parameter(weight, requires_grad=original.requires_grad))
