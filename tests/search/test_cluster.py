@@ -82,6 +82,16 @@ def test_remote_tracking_server(write_config, workdir: Path, mlflow_server: str,
     assert (workdir / "got" / "model.onnx").stat().st_size > 0
 
 
+def test_local_ray_backend(write_config) -> None:
+    # no --address: a Ray of our own, pinned to a loopback address, shut down after
+    path = write_config(constraints=["size_bytes <= 30000"])
+    result = run(path, trials=4, backend="ray", progress=False)
+    assert len(result.trials) == 4 and (result.trials.state == "complete").all()
+    import ray
+
+    assert not ray.is_initialized()
+
+
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port("127.0.0.2")
