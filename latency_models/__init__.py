@@ -15,6 +15,7 @@ from ._validate import (
     ValidationReport,
     cpu_power_w,
     ensure_local_table,
+    local_threads,
     measure_local,
     validate,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "data_dir",
     "ensure_local_table",
     "enumerate_ops",
+    "local_threads",
     "measure_bundle",
     "measure_local",
     "plan_ops",

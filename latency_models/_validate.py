@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -24,6 +25,16 @@ from ._table import DeviceStore, DeviceTable
 from .runner import measure_bundle, time_session
 
 LOCAL_CPU = "local-cpu"
+_LOCAL = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
+
+
+def local_threads(device: str) -> int | None:
+    """The threads of a device measured on this machine: ``local-cpu`` (1 thread) or
+    ``local-cpu-Nt`` (N threads); None for any other device name."""
+    m = _LOCAL.fullmatch(device)
+    if m is None:
+        return None
+    return int(m["threads"] or 1)
 
 
 @contextmanager
@@ -67,23 +78,27 @@ def ensure_local_table(
     space: SearchSpace,
     *,
     store: DeviceStore | None = None,
-    threads: int = 1,
+    name: str = LOCAL_CPU,
     calibration: int = 30,
     calibration_data: Any = None,
     time_cap_s: float = 0.3,
 ) -> DeviceTable:
-    """The ``local-cpu`` table, measured here (with progress) for the ops it lacks.
+    """A table of this machine's CPU, measured here (with progress) for the ops it lacks:
+    ``local-cpu`` with one ONNX Runtime thread, ``local-cpu-Nt`` with N.
 
     The first time a space targets this machine, its op bundle is built and measured
     and merged into the stored table; later calls find every op and measure nothing.
     """
+    threads = local_threads(name)
+    if threads is None:
+        raise ValueError(f"{name!r} is not a local device (local-cpu or local-cpu-Nt)")
     store = store or DeviceStore()
     found = space_ops(model, example_inputs, space)
-    if store.has(LOCAL_CPU):
-        table = store.load(LOCAL_CPU)
+    if store.has(name):
+        table = store.load(name)
         if all(table.get(s.key) is not None for s in found.ops):
             return table
-    print(f"measuring {found.count} ops for the {LOCAL_CPU} table ...", file=sys.stderr)
+    print(f"measuring {found.count} ops for the {name} table ...", file=sys.stderr)
     power_w, source = cpu_power_w()
     with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
         bundle = Path(tmp) / "ops.zip"
@@ -94,14 +109,14 @@ def ensure_local_table(
             space=space,
             calibration=calibration,
             calibration_data=calibration_data,
-            name=LOCAL_CPU,
+            name=name,
             ops=found,
         )
         out = Path(tmp) / "table.csv"
-        measure_bundle(bundle, out, device=LOCAL_CPU, threads=threads, time_cap_s=time_cap_s)
+        measure_bundle(bundle, out, device=name, threads=threads, time_cap_s=time_cap_s)
         return store.import_table(
             out,
-            name=LOCAL_CPU,
+            name=name,
             manifest=manifest,
             merge=True,
             meta={"active_power_w": power_w, "power_source": source},

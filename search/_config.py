@@ -306,6 +306,7 @@ class Config(_Section):
         min_length=1,
     )
     constraints: list[str] = Field(default_factory=list)
+    metrics: list[str] = Field(default_factory=list)
     devices: list[str] = Field(default_factory=list)
     device_store: str | None = None
     search: SearchSection = Field(default_factory=SearchSection)
@@ -325,6 +326,13 @@ class Config(_Section):
     def _shorthand(cls, values: Any) -> Any:
         if isinstance(values, list):
             return [{"name": v} if isinstance(v, str) else v for v in values]
+        return values
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, values: list[str]) -> list[str]:
+        for v in values:
+            _check_objective_name(v)
         return values
 
     @field_validator("constraints")
@@ -361,11 +369,12 @@ class Config(_Section):
         return [Constraint.parse(c) for c in self.constraints]
 
     def metric_names(self) -> list[str]:
-        """Objectives first, then what only a constraint names."""
+        """Objectives first, then what only a constraint or ``metrics`` names (recorded
+        with every trial, not optimised)."""
         names = [o.name for o in self.objectives]
-        for c in self.parsed_constraints():
-            if c.objective not in names:
-                names.append(c.objective)
+        for extra in [c.objective for c in self.parsed_constraints()] + self.metrics:
+            if extra not in names:
+                names.append(extra)
         return names
 
     def device_names(self) -> list[str]:

@@ -702,6 +702,17 @@ class Search:
                     "frontier.objectives": json.dumps(
                         [{"name": o.name, "direction": o.direction} for o in self.objectives]
                     ),
+                    "frontier.metrics": json.dumps(
+                        [
+                            {"name": o.name, "direction": o.direction}
+                            for o in self.objectives
+                            + [
+                                Objective(m, self.evaluation.evaluator(m).direction)
+                                for m in self.evaluation.metrics
+                                if m not in {o.name for o in self.objectives}
+                            ]
+                        ]
+                    ),
                     "frontier.constraints": json.dumps([str(c) for c in self.constraints]),
                     "frontier.constraints_as_written": json.dumps(cfg.constraints),
                     "frontier.reference_point": json.dumps(

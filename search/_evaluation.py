@@ -175,23 +175,29 @@ class Evaluation:
 def resolve_tables(
     config: Config, evaluation_parts: tuple[Any, Any, Any, Any], store: Any = None
 ) -> dict[str, Any]:
-    """Device tables for every device the config names: ``local-cpu`` is measured here
-    the first time (with progress), others come from the device store.
+    """Device tables for every device the config names: ``local-cpu`` (and
+    ``local-cpu-Nt``, N threads) is measured here the first time (with progress),
+    others come from the device store.
 
     Args:
         config: the search config.
         evaluation_parts: (task, teacher, example_inputs, space).
         store: a DeviceStore (default: ``config.device_store`` or the user's data dir).
     """
-    from frontier.latency_models import LOCAL_CPU, DeviceStore, TableError, ensure_local_table
+    from frontier.latency_models import DeviceStore, TableError, ensure_local_table, local_threads
 
     task, teacher, example, space = evaluation_parts
     store = store or DeviceStore(config.device_store)
     tables = {}
     for name in config.device_names():
-        if name == LOCAL_CPU:
+        if local_threads(name) is not None:  # local-cpu, local-cpu-2t, ...: measured here
             tables[name] = ensure_local_table(
-                teacher, example, space, store=store, calibration_data=task.calibration_batches()
+                teacher,
+                example,
+                space,
+                store=store,
+                name=name,
+                calibration_data=task.calibration_batches(),
             )
         elif store.has(name):
             tables[name] = store.load(name)

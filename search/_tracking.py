@@ -194,6 +194,12 @@ def objectives_of(parent: Any) -> list[Objective]:
     return [Objective(**o) for o in json.loads(parent.data.tags["frontier.objectives"])]
 
 
+def metrics_of(parent: Any) -> list[Objective]:
+    """Every metric the search recorded, with its direction (objectives first)."""
+    found = parent.data.tags.get("frontier.metrics")
+    return [Objective(**o) for o in json.loads(found)] if found else objectives_of(parent)
+
+
 def front_frame(uri: str, parent: Any, *, members_only: bool = True) -> pd.DataFrame:
     """The trials of a search as a DataFrame: ``run_id``, ``trial``, ``rung``,
     ``fidelity``, ``pareto`` and one column per metric (objective names, ``@`` kept)."""
@@ -210,6 +216,7 @@ def front_frame(uri: str, parent: Any, *, members_only: bool = True) -> pd.DataF
             "rung": r.data.tags.get("frontier.rung", ""),
             "pareto": r.data.tags.get(PARETO_TAG) == "true",
             "state": r.data.tags.get("frontier.state", ""),
+            "feasible": r.data.tags.get("frontier.feasible") == "true",
         }
         row.update({objective_name(k): v for k, v in r.data.metrics.items()})
         rows.append(row)

@@ -182,15 +182,20 @@ def cmd_lut_show(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_validate(args: argparse.Namespace) -> int:
-    from frontier.latency_models import LOCAL_CPU, LatencyModel, ensure_local_table, validate
+    from frontier.latency_models import LatencyModel, ensure_local_table, local_threads, validate
 
     config = _load(args.config)
     task, model, space = _task_and_space(config)
     store = _store(args)
     example = task.example_inputs()
-    if args.device == LOCAL_CPU:
+    if local_threads(args.device) is not None:
         table = ensure_local_table(
-            model, example, space, store=store, calibration_data=task.calibration_batches()
+            model,
+            example,
+            space,
+            store=store,
+            name=args.device,
+            calibration_data=task.calibration_batches(),
         )
     else:
         table = store.load(args.device)
@@ -256,7 +261,7 @@ def _where(text: str | None) -> list[Any]:
         raise UsageError(f"--where: {err}") from None
 
 
-_INFO_COLUMNS = ("run_id", "trial", "rung", "pareto", "state")
+_INFO_COLUMNS = ("run_id", "trial", "rung", "pareto", "state", "feasible")
 
 
 class UsageError(ValueError):
@@ -264,11 +269,14 @@ class UsageError(ValueError):
 
 
 def _front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from ._tracking import find_search, front_frame
+    from ._tracking import find_search, front_frame, metrics_of
 
     uri = _tracking_uri(args)
     parent = find_search(uri, args.experiment, getattr(args, "run", None))
-    frame = front_frame(uri, parent, members_only=not getattr(args, "all", False))
+    on = [n.strip() for n in (getattr(args, "objectives", None) or "").split(",") if n.strip()]
+    frame = front_frame(uri, parent, members_only=not (getattr(args, "all", False) or on))
+    if on:
+        frame = _front_on(frame, on, metrics_of(parent))
     baseline = json.loads(parent.data.tags.get("frontier.baseline", "{}"))
     for c in _where(args.where):
         try:
@@ -284,6 +292,23 @@ def _front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return uri, parent, frame
 
 
+def _front_on(frame: Any, names: list[str], metrics: list[Any]) -> Any:
+    """The feasible front of every trial on some of the recorded metrics only (one
+    device's latency and accuracy, say)."""
+    from ._pareto import pareto_mask
+
+    directions = {m.name: m for m in metrics}
+    unknown = [n for n in names if n not in directions]
+    if unknown:
+        raise UsageError(f"--objectives: {unknown} not recorded; have: {sorted(directions)}")
+    pool = frame[(frame["state"] == "complete") & frame["feasible"]]
+    pool = pool.drop_duplicates(subset=names)
+    if pool.empty:
+        return pool
+    mask = pareto_mask(pool[names].to_numpy(dtype=float), [directions[n] for n in names])
+    return pool[mask]
+
+
 def _order(frame: Any, key: str, objectives: list[Any]) -> Any:
     name = key.lstrip("+-")
     if name not in frame.columns:
@@ -297,12 +322,12 @@ def _order(frame: Any, key: str, objectives: list[Any]) -> Any:
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from ._tracking import objectives_of
+    from ._tracking import metrics_of
 
     _, parent, frame = _front(args)
-    objectives = objectives_of(parent)
+    metrics = metrics_of(parent)
     if not frame.empty:
-        frame = _order(frame, args.sort or objectives[0].name, objectives)
+        frame = _order(frame, args.sort or metrics[0].name, metrics)
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
     elif args.format == "json":
@@ -320,7 +345,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def cmd_pick(args: argparse.Namespace) -> int:
-    from ._tracking import download, objectives_of
+    from ._tracking import download, metrics_of
 
     if bool(args.run_id) == bool(args.best):
         raise UsageError("pick: give a RUN_ID or --best OBJECTIVE (one of them)")
@@ -335,7 +360,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
     else:
         if frame.empty:
             raise UsageError("pick: no front member matches --where")
-        match = _order(frame, args.best, objectives_of(parent)).head(1)
+        match = _order(frame, args.best, metrics_of(parent)).head(1)
     if match.empty:
         raise UsageError(f"pick: run {args.run_id} is not a trial of that search")
     row = match.iloc[0].to_dict()
@@ -350,7 +375,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
         "run_id": row["run_id"],
         "trial": int(row["trial"]),
         "rung": row.get("rung"),
-        "metrics": {o.name: row.get(o.name) for o in objectives_of(parent)},
+        "metrics": {o.name: row.get(o.name) for o in metrics_of(parent)},
         "files": {k: str(v) for k, v in files.items()},
     }
     if args.register:
@@ -468,6 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sort", help="column to sort by; '+x'/'-x' for ascending/descending")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument("--all", action="store_true", help="every trial, not only the front")
+    p.add_argument(
+        "--objectives",
+        help="recompute the front on these recorded metrics only, e.g. "
+        "'accuracy,latency_ms@local-cpu' (one device's front)",
+    )
     p.add_argument("--tracking-uri", help=tracking_help)
     p.set_defaults(func=cmd_pareto)
 
