@@ -331,7 +331,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
     elif args.format == "json":
-        print(frame.to_json(orient="records", indent=2))
+        print(frame.to_json(orient="records", indent=2, double_precision=15))
     else:
         print(
             f"search {parent.info.run_name} ({parent.info.run_id}), "
