@@ -337,9 +337,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             f"search {parent.info.run_name} ({parent.info.run_id}), "
             f"constraints {parent.data.tags.get('frontier.constraints', '[]')}"
         )
-        shown = frame.drop(
-            columns=[c for c in ("pareto", "state") if not args.all], errors="ignore"
-        )
+        hidden = [] if args.all else ["pareto", "state", "feasible"]
+        shown = frame.drop(columns=hidden, errors="ignore")
         print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
     return 0
 
