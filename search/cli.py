@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from importlib.metadata import PackageNotFoundError, version
@@ -391,10 +392,19 @@ def _register(uri: str, run_id: str, onnx_path: Path, args: argparse.Namespace) 
     from ._tracking import resolve_uri
 
     uri = resolve_uri(uri)
-    mlflow.set_tracking_uri(uri)
     model = onnx.load(str(onnx_path))
-    with mlflow.start_run(run_id=run_id):
-        info = mlflow.onnx.log_model(model, name="model", registered_model_name=args.register)
+    # mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI for the whole process;
+    # put it back, or a later pareto/pick in this process reads this store
+    env_before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(run_id=run_id):
+            info = mlflow.onnx.log_model(model, name="model", registered_model_name=args.register)
+    finally:
+        if env_before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env_before
     version = str(info.registered_model_version)
     MlflowClient(tracking_uri=uri).set_registered_model_alias(args.register, args.alias, version)
     return {"name": args.register, "version": version, "alias": args.alias}
