@@ -297,7 +297,6 @@ class Search:
         resume: continue the latest study of this config instead of starting a new one.
         progress: show a progress bar on stderr.
         store: the DeviceStore for device tables.
-        on_trial: called with each finished trial's number.
         initial: parameter sets (``space.dimensions()`` names) tried first, in order,
             before the sampler proposes its own (a new study only).
     """
@@ -313,7 +312,6 @@ class Search:
         resume: bool = False,
         progress: bool = True,
         store: Any = None,
-        on_trial: Callable[[int], None] | None = None,
         initial: list[dict[str, Any]] | None = None,
     ) -> None:
         no_telemetry()
@@ -330,7 +328,6 @@ class Search:
         self.resume = resume
         self.progress = progress
         self.store = store
-        self.on_trial = on_trial
         self.records: dict[int, _Record] = {}
         self.constraints: list[Constraint] = self.config.parsed_constraints()
         self.initial = list(initial or [])
@@ -415,9 +412,8 @@ class Search:
                 self.study.enqueue_trial(t.params, skip_if_exists=False)
                 interrupted.append(t.number)
         self.study.set_user_attr(INTERRUPTED_ATTR, interrupted)
-        self.interrupted = set(interrupted)
         for t in self.study.get_trials(deepcopy=False):
-            if t.number in self.interrupted:
+            if t.number in interrupted:
                 continue
             if t.state == TrialState.COMPLETE:
                 rec = _Record(t.number, t.params, t.user_attrs["plan"], "complete")
@@ -532,8 +528,6 @@ class Search:
                 if kind == "trial":
                     self._finish_trial(what, job, outcome)
                     since_generation += 1
-                    if self.on_trial is not None:
-                        self.on_trial(what.number)
                 else:
                     self._finish_promotion(what, job.rung, outcome)
             if since_generation >= self.config.search.population:
@@ -705,12 +699,7 @@ class Search:
                     "frontier.metrics": json.dumps(
                         [
                             {"name": o.name, "direction": o.direction}
-                            for o in self.objectives
-                            + [
-                                Objective(m, self.evaluation.evaluator(m).direction)
-                                for m in self.evaluation.metrics
-                                if m not in {o.name for o in self.objectives}
-                            ]
+                            for o in self.evaluation.recorded()
                         ]
                     ),
                     "frontier.constraints": json.dumps([str(c) for c in self.constraints]),

@@ -117,6 +117,15 @@ class Evaluation:
             for o in self.config.objectives
         ]
 
+    def recorded(self) -> list[Objective]:
+        """Every metric a trial records, with its direction: the objectives first, then
+        what only a constraint or ``metrics`` names."""
+        objectives = self.objectives()
+        named = {o.name for o in objectives}
+        return objectives + [
+            Objective(m, self.evaluator(m).direction) for m in self.metrics if m not in named
+        ]
+
     # -- scoring ------------------------------------------------------------------------
     def plan(self, data: Mapping[str, Any]) -> CompressionPlan:
         return CompressionPlan.from_dict(dict(data), space=self.space)
