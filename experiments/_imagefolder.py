@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +40,28 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
         raise TaskError(f"weights: {path} does not fit {type(model).__name__}: {err}") from err
 
 
+#: Images per split of the synthetic stand-in data (no ``root``).
+SYNTHETIC_IMAGES = {"train": 64, "val": 32, "test": 32}
+
+
 @register_task("imagefolder")
 class ImageFolderTask(Task):
     """Classification on an ImageFolder tree (``root/train/<class>/*.png``, ``root/val``,
     optionally ``root/test``) with a torchvision architecture.
 
+    Without ``root`` the data is a seeded synthetic stand-in (Gaussian images with random
+    labels, ``num_classes`` classes): enough to price and prune the architecture and to
+    run zero-cost proxies against the teacher, meaningless for accuracy. ``trained`` is
+    False then, and whenever ``weights`` is missing; the search then scores accuracy by
+    the proxy rung only and says so.
+
     Args:
-        root: the data directory.
+        root: the data directory, or None for synthetic data.
         model: a torchvision classification model name (``mobilenet_v2``, ``resnet50``).
-        weights: a state-dict file for the model; without it the weights are random and
-            ``pretrained`` is False (callers should say so and limit themselves to proxies).
+        weights: a state-dict file for the model; without it the weights are random.
         image_size: side of the square crop fed to the model.
-        seed: seed of the training loader's shuffle.
+        num_classes: classes of the synthetic data (a root's classes are its folders).
+        seed: seed of the training loader's shuffle and of the synthetic data.
     """
 
     name = "imagefolder"
@@ -60,26 +69,57 @@ class ImageFolderTask(Task):
     def __init__(
         self,
         *,
-        root: str,
         model: str,
+        root: str | None = None,
         weights: str | None = None,
         image_size: int = 224,
+        num_classes: int = 10,
         seed: int = 0,
     ) -> None:
-        self.root = Path(root)
-        if not (self.root / "train").is_dir():
-            raise TaskError(f"task.options.root: {self.root}/train is not a directory")
-        if not (self.root / "val").is_dir():
-            raise TaskError(f"task.options.root: {self.root}/val is not a directory")
+        self.root = Path(root) if root else None
+        if self.root is not None:
+            if not (self.root / "train").is_dir():
+                raise TaskError(f"task.options.root: {self.root}/train is not a directory")
+            if not (self.root / "val").is_dir():
+                raise TaskError(f"task.options.root: {self.root}/val is not a directory")
+        if image_size < 16:
+            raise TaskError(f"task.options.image_size: must be >= 16, got {image_size}")
         self.model_name = model
         self.weights = weights
         self.image_size = image_size
+        self.num_classes = num_classes
         self.seed = seed
-        self.pretrained = weights is not None
         self._baseline: nn.Module | None = None
+
+    @property
+    def trained(self) -> bool:
+        """Whether accuracy means anything: real data and a weights file."""
+        return self.root is not None and self.weights is not None
+
+    def limitations(self) -> list[str]:
+        """What this task cannot measure, for the search to print and record."""
+        missing = [
+            what
+            for what, absent in (
+                ("an ImageFolder root (task.options.root)", self.root is None),
+                ("a weights file (task.options.weights)", self.weights is None),
+            )
+            if absent
+        ]
+        if not missing:
+            return []
+        return [
+            f"{self.model_name}: {' and '.join(missing)} not given: random weights"
+            + (" and synthetic images" if self.root is None else "")
+            + "; accuracy is the proxy rung only (agreement with the untrained teacher), "
+            "not a real accuracy. Latency, size and MACs are real."
+        ]
 
     def _dataset(self, split: str) -> Any:
         from torchvision import datasets, transforms
+
+        if self.root is None:
+            return _synthetic(split, self.image_size, self.num_classes, self.seed)
 
         tf = transforms.Compose(
             [
@@ -93,12 +133,15 @@ class ImageFolderTask(Task):
 
     @property
     def classes(self) -> list[str]:
+        if self.root is None:
+            return [f"class{i}" for i in range(self.num_classes)]
         classes: list[str] = self._dataset("train").classes
         return classes
 
     def loaders(self, *, batch_size: int = 64) -> Loaders:
         gen = torch.Generator().manual_seed(self.seed)
-        test_split = "test" if (self.root / "test").is_dir() else "val"
+        has_test = self.root is None or (self.root / "test").is_dir()
+        test_split = "test" if has_test else "val"
         return Loaders(
             train=DataLoader(
                 self._dataset("train"), batch_size=batch_size, shuffle=True, generator=gen
@@ -116,17 +159,27 @@ class ImageFolderTask(Task):
         import torchvision
 
         try:
-            model = torchvision.models.get_model(
-                self.model_name, weights=None, num_classes=len(self.classes)
-            )
+            # seeded, so every worker process builds the same random-weight teacher
+            with torch.random.fork_rng():
+                torch.manual_seed(self.seed)
+                model = torchvision.models.get_model(
+                    self.model_name, weights=None, num_classes=len(self.classes)
+                )
         except ValueError as err:
             raise TaskError(f"task.options.model: {err}") from err
-        if self.weights is None:
-            warnings.warn(
-                f"{self.model_name}: no weights file given, using random weights",
-                stacklevel=2,
-            )
-        else:
+        if self.weights is not None:
             load_weights(model, self.weights)
         self._baseline = model.eval()
         return self._baseline
+
+
+def _synthetic(split: str, image_size: int, num_classes: int, seed: int) -> Any:
+    """Seeded Gaussian images with random labels: a stand-in with the data's shape."""
+    from torch.utils.data import TensorDataset
+
+    offset = {"train": 0, "val": 1, "test": 2}[split]
+    gen = torch.Generator().manual_seed(seed * 3 + offset)
+    count = SYNTHETIC_IMAGES[split]
+    x = torch.randn(count, 3, image_size, image_size, generator=gen)
+    y = torch.randint(0, num_classes, (count,), generator=gen)
+    return TensorDataset(x, y)

@@ -248,7 +248,10 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                 nxt = users[0]
                 if nxt.op_type == "Add" and "Add" not in fused and not fused:
                     other = [i for i in nxt.input if i != current]
-                    if len(other) != 1 or other[0] in inits:
+                    # The Add joins the later of its two producers: the other input
+                    # must be known already (a ResNet block's conv3 and downsample
+                    # both feed one Add; only the second can take it).
+                    if len(other) != 1 or other[0] in inits or other[0] not in exprs:
                         break
                     inputs.append(tensor(other[0]))
                 elif nxt.op_type in FUSED_ACTIVATIONS and not any(

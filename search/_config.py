@@ -284,6 +284,13 @@ class BackendSection(_Section):
     max_retries: int = Field(default=2, ge=0)
 
 
+class LocalTableSection(_Section):
+    """How ``local-cpu`` tables are measured the first time a search targets them."""
+
+    calibration: int = Field(default=30, ge=0)
+    time_cap_s: float = Field(default=0.3, gt=0)
+
+
 class TrackingSection(_Section):
     uri: str = "sqlite:///mlflow.db"
     experiment: str | None = None
@@ -309,6 +316,7 @@ class Config(_Section):
     metrics: list[str] = Field(default_factory=list)
     devices: list[str] = Field(default_factory=list)
     device_store: str | None = None
+    local_table: LocalTableSection = Field(default_factory=LocalTableSection)
     search: SearchSection = Field(default_factory=SearchSection)
     backend: BackendSection = Field(default_factory=BackendSection)
     storage: str | None = None
@@ -360,8 +368,14 @@ class Config(_Section):
                 continue
             *path, last = dotted.split(".")
             node = data
-            for key in path:
-                node = node[key]
+            for i, key in enumerate(path):
+                child = node.get(key) if isinstance(node, dict) else None
+                if not isinstance(child, dict):
+                    raise ConfigError(
+                        f"{source}: {'.'.join(path[: i + 1])}: not a section, "
+                        f"so {dotted!r} cannot be set"
+                    )
+                node = child
             node[last] = value
         return parse_config(data, source=source)
 

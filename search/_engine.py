@@ -446,6 +446,8 @@ class Search:
         self.evaluation = Evaluation(cfg, store=self.store)
         for w in self.evaluation.warnings:
             print(f"warning: {w}", file=sys.stderr)
+        for note in self.evaluation.notes:
+            print(f"note: {note}", file=sys.stderr)
         self.objectives: list[Objective] = self.evaluation.objectives()
         self._open_study()
         self._restore()
@@ -684,7 +686,7 @@ class Search:
                     "seed": cfg.search.seed,
                     "sampler": cfg.search.sampler,
                     "trials": cfg.search.trials,
-                    "rungs": ",".join(cfg.search.fidelity.rungs),
+                    "rungs": ",".join(self.evaluation.rungs),
                     "promote": cfg.search.fidelity.promote,
                     "backend": cfg.backend.kind,
                     "task": cfg.task.name,
@@ -711,6 +713,7 @@ class Search:
                     "maximize: 1 - value/baseline",
                     "frontier.baseline": json.dumps(self.baseline),
                     "frontier.device_tables": json.dumps(tables),
+                    "frontier.notes": json.dumps(self.evaluation.notes),
                 },
             )
             self.study.set_user_attr(RUN_ATTR, self.parent)
@@ -792,13 +795,14 @@ class Search:
         import tempfile
         import warnings
 
+        from frontier.latency_models._validate import quiet_root_logger
         from frontier.spaces import export_onnx
 
         if rec.exported_rung == rec.rung:
             return
         plan = self.evaluation.plan(rec.plan)
         tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_root_logger():
             warnings.simplefilter("ignore")
             model = self.evaluation.scored_model(plan, max(rec.rung, 0))
             result = export_onnx(

@@ -86,6 +86,10 @@ class Evaluation:
             task=self.task, teacher=self.teacher, latency=latency, seed=config.search.seed
         )
         self.rungs = list(config.search.fidelity.rungs)
+        #: what this search cannot measure (an untrained task), printed and recorded
+        self.notes: list[str] = list(getattr(self.task, "limitations", list)())
+        if not getattr(self.task, "trained", True) and self.rungs != ["proxy"]:
+            self.rungs = ["proxy"]
         self.metrics = config.metric_names()
         self._evaluators: dict[tuple[str, int], Any] = {}
 
@@ -176,7 +180,10 @@ class Evaluation:
 
         others = [m for m in self.metrics if m != ACCURACY]
         values = self.evaluate(CompressionPlan(), 0, others).values if others else {}
-        if ACCURACY in self.metrics:
+        if ACCURACY in self.metrics and self.rungs == ["proxy"]:
+            # proxy-only: the scale is the teacher's own proxy value, not its accuracy
+            values.update(self.evaluate(CompressionPlan(), 0, [ACCURACY]).values)
+        elif ACCURACY in self.metrics:
             values[ACCURACY] = _accuracy(self.teacher, self.task.loaders().val, self.task.metric)
         return values
 
@@ -207,6 +214,8 @@ def resolve_tables(
                 store=store,
                 name=name,
                 calibration_data=task.calibration_batches(),
+                calibration=config.local_table.calibration,
+                time_cap_s=config.local_table.time_cap_s,
             )
         elif store.has(name):
             tables[name] = store.load(name)

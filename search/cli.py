@@ -224,9 +224,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ._engine import Search
 
     config = _load(args.config).override(
-        {"tracking.uri": args.tracking_uri, "storage": args.storage, "search.seed": args.seed}
+        {
+            **_settings(args.set),
+            "tracking.uri": args.tracking_uri,
+            "storage": args.storage,
+            "search.seed": args.seed,
+        }
     )
-    result = Search(
+    search = Search(
         config,
         trials=args.trials,
         backend=args.backend,
@@ -234,7 +239,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         workers=args.workers,
         resume=args.resume,
         progress=not args.no_progress,
-    ).run()
+    )
+    result = search.run()
     failed = int((result.trials["state"] == "failed").sum()) if not result.trials.empty else 0
     print(result.pareto.drop(columns=["run_id"], errors="ignore").to_string(index=False))
     experiment = config.tracking.experiment or config.name
@@ -245,7 +251,26 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
         "--export picked/"
     )
+    for note in search.evaluation.notes:
+        print(f"note: {note}")
     return 0
+
+
+def _settings(items: list[str] | None) -> dict[str, Any]:
+    """``--set field=value`` pairs as overrides; values are read as YAML (numbers,
+    lists, null), so ``--set search.fidelity.rungs=[proxy,short]`` works."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r}: expected FIELD=VALUE, e.g. search.trials=50")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise UsageError(f"--set {item!r}: the value is not valid YAML ({err})") from None
+    return out
 
 
 def _where(text: str | None) -> list[Any]:
@@ -491,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--storage", help="Optuna storage (a journal file path or a database URL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field, e.g. --set task.options.root=/data/imagenet "
+        "(repeatable; values read as YAML)",
+    )
     p.set_defaults(func=cmd_search)
 
     tracking_help = "MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"

@@ -63,3 +63,102 @@ def test_multi_device_one_search_a_front_per_device(
             others = trials[trials.trial != row["trial"]]  # JSON floats have 15 digits
             better = others[(others.accuracy > row["accuracy"]) & (others[metric] < row[metric])]
             assert better.empty, (row, better.to_dict("records"))
+
+
+def _image_folder(
+    root: Path, classes: tuple[str, ...] = ("cat", "dog"), per_class: int = 4
+) -> Path:
+    """A tiny ImageFolder tree of random PNGs (train and val splits)."""
+    import torch
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(0)
+    for split in ("train", "val"):
+        for c in classes:
+            d = root / split / c
+            d.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = (torch.rand(20, 24, 3, generator=gen) * 255).byte().numpy()
+                Image.fromarray(pixels).save(d / f"{i}.png")
+    return root
+
+
+@pytest.mark.slow
+def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from frontier.search._tracking import find_search, front_frame
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    root = _image_folder(tmp_path / "images")
+    args = ["search", "mobilenetv2-flops40", "--trials", "4", "--no-progress"]
+    for setting in (
+        f"task.options.root={root}",
+        "task.options.image_size=32",
+        "search.population=2",
+        "space.prune_ratios=[0.0,0.5]",
+        "local_table={calibration: 0, time_cap_s: 0.05}",
+    ):
+        args += ["--set", setting]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    for stream in (out, err):
+        assert "weights file (task.options.weights) not given" in stream
+        assert "accuracy is the proxy rung only" in stream
+    parent = find_search("sqlite:///mlflow.db", "mobilenetv2-flops40")
+    notes = json.loads(parent.data.tags["frontier.notes"])
+    assert notes and "proxy rung only" in notes[0]
+    assert parent.data.params["rungs"] == "proxy"
+    trials = front_frame("sqlite:///mlflow.db", parent, members_only=False)
+    assert len(trials) == 4 and set(trials.rung) == {"proxy"}
+    # MACs at most 60% of the baseline: the feasibility flag follows the constraint
+    baseline = json.loads(parent.data.tags["frontier.baseline"])
+    feasible = trials.macs <= 0.6 * baseline["macs"]
+    assert (trials.feasible == feasible).all()
+    assert trials[trials.pareto].feasible.all()
+
+
+@pytest.mark.slow
+def test_resnet50_edge_with_data_and_weights_fine_tunes_under_its_constraints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    import torchvision
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    root = _image_folder(tmp_path / "images")
+    torch.manual_seed(0)
+    weights = tmp_path / "r50.pt"
+    torch.save(torchvision.models.resnet50(num_classes=2).state_dict(), weights)
+    config = load_config("resnet50-edge").override(
+        {
+            "task.options.root": str(root),
+            "task.options.weights": str(weights),
+            "task.options.image_size": 32,
+            "space.prune_ratios": [0.0, 0.5],
+            "space.weight_bits": [32],
+            "space.act_bits": [32],
+            "objectives": [
+                {"name": "accuracy", "options": {"steps": 2, "full_factor": 2}},
+                "latency_ms@local-cpu",
+                "size_bytes",
+            ],
+            "search.trials": 4,
+            "search.population": 2,
+            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+        }
+    )
+    result = run(config, progress=False)
+    trials = result.trials[result.trials.state == "complete"]
+    assert len(trials) == 4
+    assert set(trials.rung) <= {"short", "full"}  # trained: real fine-tuning rungs
+    base = result.study.user_attrs["frontier.baseline"]
+    feasible = (
+        (trials.size_bytes <= 0.5 * base["size_bytes"])
+        & (trials["latency_ms@local-cpu"] <= 0.7 * base["latency_ms@local-cpu"])
+        & (trials.accuracy >= base["accuracy"] - 0.02)
+    )
+    assert (trials.feasible == feasible).all()
+    assert set(result.pareto.trial) <= set(trials[feasible].trial)

@@ -98,3 +98,21 @@ def test_op_precision_follows_what_export_runs(tmp_path) -> None:
         }
         assert int8 == set(result.int8_layers), seed
     assert seen_low and modules
+
+
+def test_residual_add_with_downsample_fuses_into_one_conv() -> None:
+    # A ResNet block's conv and its downsample both feed one Add: the Add is fused into
+    # the later of the two, with the other's (pruned) channels, never into both.
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=4).eval()
+    x = torch.zeros(1, 3, 32, 32)
+    space = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(32,)))
+    found = space_ops(model, x, space)
+    adds = [t for t in found.templates[TEACHER].ops if "Add" in t.fused]
+    assert len(adds) == 8  # one per BasicBlock
+    for spec in found.ops:
+        session = ort.InferenceSession(build_onnx(spec).SerializeToString())
+        feeds = {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(spec.input_shapes)}
+        assert session.run(None, feeds)[0].shape == spec.output_shape
