@@ -8,7 +8,15 @@ experiments ``frontier`` runs by name.
 
 from pathlib import Path
 
-from ._digits import DigitsTask, Recipe, cache_dir, evaluate, load_digits_splits, train_classifier
+from ._digits import (
+    DigitsTask,
+    Recipe,
+    SwishBeta,
+    cache_dir,
+    evaluate,
+    load_digits_splits,
+    train_classifier,
+)
 from ._imagefolder import ImageFolderTask, load_weights
 from ._tasks import Loaders, Task, TaskError, build_task, register_task, task_names
 
@@ -26,6 +34,7 @@ __all__ = [
     "ImageFolderTask",
     "Loaders",
     "Recipe",
+    "SwishBeta",
     "Task",
     "TaskError",
     "build_task",

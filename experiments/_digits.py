@@ -116,12 +116,29 @@ def train_classifier(model: nn.Module, loaders: Loaders, recipe: Recipe) -> floa
     return best_acc
 
 
+class SwishBeta(nn.Module):
+    """Swish with a learned slope, ``x * sigmoid(beta * x)``: a custom activation that
+    many accelerators cannot run (it exports to ONNX as Mul, Sigmoid, Mul)."""
+
+    def __init__(self, beta: float = 1.0) -> None:
+        super().__init__()
+        self.beta = nn.Parameter(torch.tensor(beta))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.beta * x)
+
+
+#: Digits baselines: the family's student architecture, and for ``cnn-swish`` the CNN
+#: with every ReLU a ``SwishBeta``.
+DIGITS_MODELS = ("mlp", "cnn", "cnn-swish")
+
+
 @register_task("digits")
 class DigitsTask(Task):
     """scikit-learn's digits (1,797 8x8 images, 10 classes) with an MLP or CNN baseline.
 
     Args:
-        model: baseline family, "mlp" or "cnn".
+        model: baseline, "mlp", "cnn" or "cnn-swish" (the CNN with SwishBeta activations).
         seed: seed of the data split and of training.
         epochs: training epochs of the baseline.
     """
@@ -130,8 +147,10 @@ class DigitsTask(Task):
     num_classes = 10
 
     def __init__(self, *, model: str = "mlp", seed: int = 0, epochs: int = 40) -> None:
-        if model not in ("mlp", "cnn"):
-            raise TaskError(f"task.options.model: digits has 'mlp' and 'cnn', got {model!r}")
+        if model not in DIGITS_MODELS:
+            raise TaskError(
+                f"task.options.model: digits has {', '.join(DIGITS_MODELS)}, got {model!r}"
+            )
         self.family = model
         self.seed = seed
         self.recipe = Recipe(
@@ -166,11 +185,18 @@ class DigitsTask(Task):
     def new_model(self) -> nn.Module:
         """A freshly initialised baseline architecture (seeded)."""
         torch.manual_seed(self.seed)
-        return build_student(
-            StudentSpec(self.family),
+        model = build_student(
+            StudentSpec(self.family.removesuffix("-swish")),
             num_classes=self.num_classes,
             example_inputs=self.example_inputs(),
         )
+        if self.family.endswith("-swish"):
+            features = model.features
+            assert isinstance(features, nn.Sequential)
+            for i, layer in enumerate(features):
+                if isinstance(layer, nn.ReLU):
+                    features[i] = SwishBeta()
+        return model
 
     def cache_path(self) -> Path:
         return cache_dir() / f"digits-{self.family}-{self.recipe.key()}.pt"

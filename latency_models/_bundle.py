@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sys
@@ -18,11 +19,14 @@ import numpy as np
 from torch import nn
 
 from frontier.spaces import (
+    ActivationSwap,
+    CompressionPlan,
     SearchSpace,
     apply_plan,
     build_student,
     export_onnx,
     quantize_onnx_int8,
+    swap_activations,
 )
 
 from ._ops import OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
@@ -49,11 +53,29 @@ class SpaceOps:
         return len(self.ops)
 
 
+def arch_key(plan: CompressionPlan) -> str:
+    """Which architecture's templates price ``plan``: the student's, the model's with
+    its activations swapped, or the model's own."""
+    if plan.student is not None:
+        return plan.student.key
+    if plan.activation is not None:
+        return f"{TEACHER}+{plan.activation.to}"
+    return TEACHER
+
+
 def space_templates(
     model: nn.Module, example_inputs: Any, space: SearchSpace
 ) -> dict[str, Templates]:
-    """Templates of the model and of each student architecture of ``space``."""
+    """Templates of the model, of the model with each activation swap of ``space``, and
+    of each student architecture."""
     out = {TEACHER: build_templates(model, example_inputs, space)}
+    swap = space.options.activation_swap
+    for to in swap.to if swap is not None else ():
+        activation = ActivationSwap(swap.replace, to)
+        swapped = swap_activations(copy.deepcopy(model), activation)
+        out[arch_key(CompressionPlan(activation=activation))] = build_templates(
+            swapped.eval(), example_inputs, space
+        )
     if space.students:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -71,7 +93,7 @@ def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> Spac
     templates = space_templates(model, example_inputs, space)
     seen: dict[str, OpSpec] = {}
     for key, t in templates.items():
-        sub = space if key == TEACHER else space.students[key]
+        sub = space.students.get(key, space)
         for spec in enumerate_ops(t, sub):
             seen.setdefault(spec.key, spec)
     return SpaceOps(templates=templates, ops=list(seen.values()))
@@ -179,7 +201,7 @@ def write_bundle(
                 data = whole_model_bytes(model, plan, example_inputs, calibration_data)
                 file = f"models/{kind}-{i:04d}.onnx"
                 zf.writestr(file, data)
-                arch = plan.student.key if plan.student is not None else TEACHER
+                arch = arch_key(plan)
                 entries.append(
                     {
                         "id": f"{kind}-{i:04d}",

@@ -162,14 +162,14 @@ class LatencyModel:
 
     def predict(self, model: Any, plan: CompressionPlan) -> LatencyEstimate:
         """Predicted latency of ``model`` compressed by ``plan`` (``bind`` it first)."""
-        from ._bundle import TEACHER
+        from ._bundle import arch_key
 
         templates = self._bound.get(id(model))
         if templates is None:
             raise ValueError(
                 "predict(model, plan): bind(model, example_inputs, space) this model first"
             )
-        arch = plan.student.key if plan.student is not None else TEACHER
+        arch = arch_key(plan)
         return self.predict_ops(plan_ops(templates[arch], plan))
 
     # -- the arithmetic ---------------------------------------------------------------
@@ -211,8 +211,12 @@ class LatencyModel:
             )
         return _fit_fallback(f"{spec.kind}/{spec.precision}", specs, np.array(ms))
 
-    def op_cost(self, spec: OpSpec) -> OpCost:
-        if spec.kind in self.table.unsupported_types and self.offload is not None:
+    def op_cost(self, spec: OpSpec, *, native: bool = False) -> OpCost:
+        """What ``spec`` costs on this device: its table row, a fallback fitted on rows of
+        its kind, or, for a kind the device cannot run (and an ``offload`` device is
+        given), the offload device's cost plus the transfer of its tensors. ``native``
+        prices it as if the device ran it (what whole-model calibration sees)."""
+        if not native and spec.kind in self.table.unsupported_types and self.offload is not None:
             row = self.offload.get(spec.key)
             if row is not None and row.status == "ok":
                 base = max(row.median_ms - self.offload.overhead_ms, 0.0)
@@ -230,7 +234,7 @@ class LatencyModel:
         row = self.table.get(spec.key)
         if row is None and spec.sparsity > 0:
             # No sparse-kernel row measured: zeros in a dense kernel cost what weights do.
-            dense = self.op_cost(spec.dense)
+            dense = self.op_cost(spec.dense, native=native)
             return dataclasses.replace(dense, key=spec.key, source=f"{dense.source}-dense")
         if row is not None and row.status == "ok":
             return OpCost(spec.key, spec.kind, self._op_ms(row), "table", energy_mj=row.energy_mj)
@@ -268,7 +272,9 @@ class LatencyModel:
         """Fit whole-model latency ~ overhead + sum_g coef_g * (group g's op sum)."""
         if len(samples) < len(CALIBRATION_GROUPS) + 2:
             return None
-        x = np.array([self._group_sums([self.op_cost(o) for o in s.specs]) for s in samples])
+        x = np.array(
+            [self._group_sums([self.op_cost(o, native=True) for o in s.specs]) for s in samples]
+        )
         y = np.array([s.measured_ms - self.table.overhead_ms for s in samples])
         used = x.sum(axis=0) > 0
         coef = np.ones(len(CALIBRATION_GROUPS))
@@ -285,7 +291,7 @@ class LatencyModel:
         return fit_context(profiled, self._isolated_ms)
 
     def _isolated_ms(self, spec: OpSpec) -> float:
-        return self.op_cost(spec).latency_ms
+        return self.op_cost(spec, native=True).latency_ms
 
     def _fit(self, method: str, samples: list[Sample]) -> Any:
         if method == "groups":
@@ -295,7 +301,7 @@ class LatencyModel:
         return "sum"
 
     def _predict_with(self, method: str, fitted: Any, specs: list[OpSpec]) -> float:
-        costs = [self.op_cost(s) for s in specs]
+        costs = [self.op_cost(s, native=True) for s in specs]
         if method == "groups":
             coef = np.array([fitted.get(g, 1.0) for g in CALIBRATION_GROUPS])
             return float(self._group_sums(costs) @ coef) + self.table.overhead_ms
@@ -340,7 +346,14 @@ class LatencyModel:
         overhead = self.table.overhead_ms
         raw = sum(c.latency_ms for c in costs) + overhead
         if self.calibrate and self.method is not None:
+            # Calibration learnt whole models that ran every op here; an offloaded op
+            # adds what it costs elsewhere (plus transfers) over what it would here.
             latency = self._predict_with(self.method, self._fitted, specs)
+            latency += sum(
+                c.latency_ms - self.op_cost(s, native=True).latency_ms
+                for s, c in zip(specs, costs, strict=True)
+                if c.source == "offload"
+            )
         else:
             latency = raw
         coverage = {"table": 0, "fallback": 0, "offload": 0, "sparse_as_dense": 0}

@@ -10,12 +10,27 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from frontier.spaces import SUPPORTED_BITS, DistillOptions, SpaceOptions, StudentSpec
+from frontier.spaces import (
+    SUPPORTED_BITS,
+    DistillOptions,
+    SpaceOptions,
+    StudentSpec,
+    SwapOptions,
+)
 
 
 class ConfigError(ValueError):
@@ -61,6 +76,13 @@ class StudentSection(_Section):
     depth_mult: float = Field(default=1.0, gt=0)
 
 
+class SwapSection(_Section):
+    """An activation-swap dimension: keep ``replace`` modules or swap in one of ``to``."""
+
+    replace: str
+    to: list[Literal["relu", "hardswish"]] = Field(default=["relu", "hardswish"], min_length=1)
+
+
 class SpaceSection(_Section):
     """The search space: grids, rounding, importance, layer selection, ties."""
 
@@ -77,6 +99,7 @@ class SpaceSection(_Section):
     ties: dict[str, str] = Field(default_factory=dict)
     distill: DistillSection | None = None
     students: list[StudentSection] = Field(default_factory=list)
+    activation_swap: SwapSection | None = None
 
     @field_validator("prune_ratios", "sparsity")
     @classmethod
@@ -134,6 +157,9 @@ class SpaceSection(_Section):
             students=tuple(
                 StudentSpec(s.family, s.width_mult, s.depth_mult) for s in self.students
             ),
+            activation_swap=None
+            if self.activation_swap is None
+            else SwapOptions(self.activation_swap.replace, tuple(self.activation_swap.to)),
         )
 
 
@@ -284,6 +310,25 @@ class BackendSection(_Section):
     max_retries: int = Field(default=2, ge=0)
 
 
+class DeviceSection(_Section):
+    """A device priced from another device's table, with op kinds it cannot run: those
+    run on ``offload`` (default: ``like``) and pay for moving their tensors there and
+    back at ``transfer_gbps``. An accelerator that lacks an activation, say."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][\w.\-]*$")
+    like: str
+    unsupported: list[str] = Field(default_factory=list)
+    offload: str | None = None
+    transfer_gbps: float = Field(default=1.0, gt=0)
+
+
+#: A device by name, or one derived from another device's table (errors name the kind).
+DeviceEntry = Annotated[
+    Annotated[str, Tag("name")] | Annotated[DeviceSection, Tag("derived")],
+    Discriminator(lambda v: "name" if isinstance(v, str) else "derived"),
+]
+
+
 class LocalTableSection(_Section):
     """How ``local-cpu`` tables are measured the first time a search targets them."""
 
@@ -314,7 +359,7 @@ class Config(_Section):
     )
     constraints: list[str] = Field(default_factory=list)
     metrics: list[str] = Field(default_factory=list)
-    devices: list[str] = Field(default_factory=list)
+    devices: list[DeviceEntry] = Field(default_factory=list)
     device_store: str | None = None
     local_table: LocalTableSection = Field(default_factory=LocalTableSection)
     search: SearchSection = Field(default_factory=SearchSection)
@@ -391,9 +436,21 @@ class Config(_Section):
                 names.append(extra)
         return names
 
+    def derived_devices(self) -> dict[str, DeviceSection]:
+        """The devices ``devices`` defines from another device's table, by name."""
+        return {d.name: d for d in self.devices if isinstance(d, DeviceSection)}
+
     def device_names(self) -> list[str]:
-        """Every device an objective, a constraint or ``devices`` names (not ``worst``)."""
-        found = list(self.devices)
+        """Every device an objective, a constraint or ``devices`` names (not ``worst``);
+        the tables a derived device borrows come before it."""
+        found: list[str] = []
+        for d in self.devices:
+            if isinstance(d, DeviceSection):
+                for base in (d.like, d.offload or d.like):
+                    if base not in found:
+                        found.append(base)
+            if (d.name if isinstance(d, DeviceSection) else d) not in found:
+                found.append(d.name if isinstance(d, DeviceSection) else d)
         for name in self.metric_names():
             device = name.partition("@")[2]
             if device and device != "worst" and device not in found:

@@ -79,7 +79,8 @@ class Evaluation:
         for name in config.device_names():
             if name not in tables:
                 raise ValueError(f"no device table for {name!r}")
-            lm = LatencyModel(tables[name])
+            offload = tables[name].meta.get("offload_device")
+            lm = LatencyModel(tables[name], offload=tables.get(offload) if offload else None)
             lm.bind(self.teacher, self.example, self.space)
             latency[name] = lm
         self.context = EvalContext(
@@ -204,9 +205,15 @@ def resolve_tables(
 
     task, teacher, example, space = evaluation_parts
     store = store or DeviceStore(config.device_store)
-    tables = {}
+    tables: dict[str, Any] = {}
+    derived = config.derived_devices()
     for name in config.device_names():
-        if local_threads(name) is not None:  # local-cpu, local-cpu-2t, ...: measured here
+        if name in derived:
+            d = derived[name]
+            tables[name] = derive_table(
+                tables[d.like], name, d.unsupported, d.offload or d.like, d.transfer_gbps
+            )
+        elif local_threads(name) is not None:  # local-cpu, local-cpu-2t, ...: measured here
             tables[name] = ensure_local_table(
                 teacher,
                 example,
@@ -226,6 +233,26 @@ def resolve_tables(
                 f"and `frontier lut measure`, then `frontier lut import --name {name}`"
             )
     return tables
+
+
+def derive_table(
+    like: Any, name: str, unsupported: list[str], offload: str, transfer_gbps: float
+) -> Any:
+    """A device priced from ``like``'s rows that cannot run the ``unsupported`` op kinds:
+    they run on ``offload`` and move their tensors at ``transfer_gbps``."""
+    from frontier.latency_models import DeviceTable
+
+    meta = {
+        **like.meta,
+        "device": name,
+        "derived_from": like.name,
+        "unsupported_ops": sorted(set(unsupported)),
+        "offload_device": offload,
+        "transfer_gbps": transfer_gbps,
+    }
+    return DeviceTable(
+        name=name, meta=meta, rows=list(like.rows), models=like.models, profiles=like.profiles
+    )
 
 
 _WORKER_CACHE: dict[str, Evaluation] = {}

@@ -5,7 +5,7 @@
 compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deployment.
 """
 
-from ._apply import ApplyError, apply_plan, kept_channels
+from ._apply import ApplyError, apply_plan, kept_channels, swap_activations
 from ._cost import Cost, LayerCost, count_macs, model_cost
 from ._export import (
     ExportResult,
@@ -19,6 +19,8 @@ from ._plan import (
     IMPORTANCE_CRITERIA,
     PLAN_FORMAT_VERSION,
     SUPPORTED_BITS,
+    SWAP_ACTIVATIONS,
+    ActivationSwap,
     CompressionPlan,
     DistillSpec,
     PlanError,
@@ -34,6 +36,7 @@ from ._space import (
     SearchSpace,
     SkippedGroup,
     SpaceOptions,
+    SwapOptions,
     discover,
 )
 from ._students import (
@@ -54,6 +57,8 @@ __all__ = [
     "MLP_HIDDEN",
     "PLAN_FORMAT_VERSION",
     "SUPPORTED_BITS",
+    "SWAP_ACTIVATIONS",
+    "ActivationSwap",
     "ApplyError",
     "CompressionPlan",
     "Cost",
@@ -71,6 +76,7 @@ __all__ = [
     "SpaceError",
     "SpaceOptions",
     "StudentSpec",
+    "SwapOptions",
     "apply_plan",
     "build_student",
     "calibrate",
@@ -85,4 +91,5 @@ __all__ = [
     "quantize_onnx_int8",
     "register_student",
     "student_families",
+    "swap_activations",
 ]

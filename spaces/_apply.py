@@ -12,7 +12,7 @@ from torch import nn
 
 from . import _graph, _quant
 from ._forward import check_forward, eval_mode, run_model
-from ._plan import CompressionPlan, PlanError, check_names
+from ._plan import ActivationSwap, CompressionPlan, PlanError, check_names
 from ._students import build_student
 
 
@@ -63,10 +63,24 @@ def apply_plan(
         new.train(model.training)
     else:
         new = copy.deepcopy(model)
+        if plan.activation is not None:
+            swap_activations(new, plan.activation)
     _prune(new, plan, example_inputs)
     _sparsify(new, plan)
     _quantize(new, plan, example_inputs, calibration_data)
     return new
+
+
+def swap_activations(model: nn.Module, swap: ActivationSwap) -> nn.Module:
+    """Replace, in place, every module of class ``swap.replace`` in ``model`` with a
+    fresh ``swap.to`` activation; returns ``model``."""
+    make = {"relu": nn.ReLU, "hardswish": nn.Hardswish}[swap.to]
+    targets = [n for n, m in model.named_modules() if n and type(m).__name__ == swap.replace]
+    for name in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, make())
+    return model
 
 
 def _prune(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> None:

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PLAN_FORMAT_VERSION = 2
+PLAN_FORMAT_VERSION = 3
 #: Plan formats this Frontier reads (1 had no unstructured sparsity).
-READABLE_PLAN_FORMATS = (1, 2)
+READABLE_PLAN_FORMATS = (1, 2, 3)
 
 #: Bit widths Frontier can simulate. 32 means "left in FP32", 16 half-precision weights.
 SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8, 16, 32)
@@ -96,6 +96,32 @@ class StudentSpec:
         return f"{self.family}-w{self.width_mult:g}-d{self.depth_mult:g}"
 
 
+#: Activations a swap may put in place of a model's own (ONNX Runtime fuses both).
+SWAP_ACTIVATIONS = ("relu", "hardswish")
+
+
+@dataclass(frozen=True)
+class ActivationSwap:
+    """Replace every module of class ``replace`` (a custom activation, say) with a
+    standard activation ``to`` that more devices run natively.
+
+    Args:
+        replace: the class name of the modules to replace, e.g. ``SwishBeta``.
+        to: ``relu`` or ``hardswish``.
+    """
+
+    replace: str
+    to: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replace, str) or not self.replace.isidentifier():
+            raise PlanError(f"activation.replace must be a class name, got {self.replace!r}")
+        if self.to not in SWAP_ACTIVATIONS:
+            raise PlanError(
+                f"activation.to must be one of {list(SWAP_ACTIVATIONS)}, got {self.to!r}"
+            )
+
+
 @dataclass(frozen=True)
 class CompressionPlan:
     """How one candidate is compressed. Pure data: re-applies to the same result.
@@ -108,6 +134,7 @@ class CompressionPlan:
             share of its weights set to zero (shapes stay; only sparse kernels gain).
         distill: distillation settings, or None for no distillation.
         student: student architecture, or None to compress the model itself.
+        activation: an activation swap applied before anything else, or None.
         round_to: kept channel counts are multiples of this (hardware-friendly shapes).
         importance: criterion ranking channels for removal: "l1", "taylor" or "bn_scale".
     """
@@ -118,6 +145,7 @@ class CompressionPlan:
     sparsity: dict[str, float] = field(default_factory=dict)
     distill: DistillSpec | None = None
     student: StudentSpec | None = None
+    activation: ActivationSwap | None = None
     round_to: int = 1
     importance: str = "l1"
 
@@ -156,6 +184,9 @@ class CompressionPlan:
                 "width_mult": self.student.width_mult,
                 "depth_mult": self.student.depth_mult,
             },
+            "activation": None
+            if self.activation is None
+            else {"replace": self.activation.replace, "to": self.activation.to},
             "round_to": self.round_to,
             "importance": self.importance,
         }
@@ -190,6 +221,7 @@ class CompressionPlan:
             "sparsity",
             "distill",
             "student",
+            "activation",
             "round_to",
             "importance",
         }
@@ -210,6 +242,7 @@ class CompressionPlan:
             tables[kind] = dict(table)
         distill = _read_sub(data.get("distill"), DistillSpec, "distill")
         student = _read_sub(data.get("student"), StudentSpec, "student")
+        activation = _read_sub(data.get("activation"), ActivationSwap, "activation")
         plan = cls(
             prune=tables["prune"],
             weight_bits=tables["weight_bits"],
@@ -217,6 +250,7 @@ class CompressionPlan:
             sparsity=tables["sparsity"],
             distill=distill,
             student=student,
+            activation=activation,
             round_to=data.get("round_to", 1),
             importance=data.get("importance", "l1"),
         )
@@ -234,7 +268,10 @@ def _read_sub(value: Any, cls: type, name: str) -> Any:
     unknown = sorted(set(value) - fields)
     if unknown:
         raise PlanError(f"unknown key {name}.{unknown[0]}{_nearest(unknown[0], fields)}")
-    return cls(**value)
+    try:
+        return cls(**value)
+    except TypeError as err:
+        raise PlanError(f"{name}: {err}") from None
 
 
 def check_names(kind: str, names: Iterable[str], known: Iterable[str]) -> None:

@@ -18,6 +18,8 @@ from ._forward import SpaceError, check_forward, eval_mode
 from ._plan import (
     IMPORTANCE_CRITERIA,
     SUPPORTED_BITS,
+    SWAP_ACTIVATIONS,
+    ActivationSwap,
     CompressionPlan,
     DistillSpec,
     PlanError,
@@ -56,6 +58,29 @@ class DistillOptions:
 
 
 @dataclass(frozen=True)
+class SwapOptions:
+    """An activation-swap dimension: keep the model's ``replace`` modules, or put one of
+    ``to`` in their place (a device that cannot run a custom activation runs these).
+
+    Args:
+        replace: the class name of the activation modules, e.g. ``SwishBeta``.
+        to: the activations to choose from besides keeping them.
+    """
+
+    replace: str
+    to: tuple[str, ...] = SWAP_ACTIVATIONS
+
+    def __post_init__(self) -> None:
+        if not self.to:
+            raise SpaceError("activation_swap.to must list at least one activation")
+        for name in self.to:
+            try:
+                ActivationSwap(self.replace, name)
+            except PlanError as err:
+                raise SpaceError(f"activation_swap: {err}") from None
+
+
+@dataclass(frozen=True)
 class SpaceOptions:
     """How a space is built from a model. Every field has a sensible default.
 
@@ -73,6 +98,7 @@ class SpaceOptions:
             ratio and one pair of bit widths (for example ``{"layer1": r"layer1\\..*"}``).
         distill: distillation dimensions, or None for no distillation dimension.
         students: student architectures to choose from besides the model itself.
+        activation_swap: an activation-swap dimension, or None.
     """
 
     prune_ratios: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
@@ -86,6 +112,7 @@ class SpaceOptions:
     ties: Mapping[str, str] = field(default_factory=dict)
     distill: DistillOptions | None = None
     students: tuple[StudentSpec, ...] = ()
+    activation_swap: SwapOptions | None = None
 
     def __post_init__(self) -> None:
         if not self.prune_ratios:
@@ -214,6 +241,11 @@ class SearchSpace:
                     temperature=choose("distill.temperature", dist.temperatures),
                     alpha=choose("distill.alpha", dist.alphas),
                 )
+        activation = None
+        swap = self.options.activation_swap
+        if swap is not None:
+            to = choose("activation", ("keep", *swap.to))
+            activation = None if to == "keep" else ActivationSwap(swap.replace, to)
         space, student, prefix = self, None, ""
         if self.students:
             key = choose("student", ("none", *self.students))
@@ -243,6 +275,7 @@ class SearchSpace:
             sparsity={k: float(v) for k, v in sparse.items() if v > 0},
             distill=distill,
             student=student,
+            activation=activation if student is None else None,
             round_to=self.options.round_to,
             importance=self.options.importance,
         )
@@ -284,6 +317,11 @@ class SearchSpace:
                 dims.append(Dimension("distill", "distillation on/off", (True, False)))
             dims.append(Dimension("distill.temperature", "temperature", dist.temperatures))
             dims.append(Dimension("distill.alpha", "alpha", dist.alphas))
+        swap = self.options.activation_swap
+        if swap is not None:
+            dims.append(
+                Dimension("activation", "activation swap", ("keep", *swap.to), swap.replace)
+            )
         if self.students:
             dims.append(Dimension("student", "architecture", ("none", *self.students)))
         dims += self.own_dimensions()
@@ -325,6 +363,18 @@ class SearchSpace:
     def validate(self, plan: CompressionPlan) -> None:
         """Raise PlanError unless ``plan`` names only layers and values of this space."""
         space = self
+        if plan.activation is not None:
+            swap = self.options.activation_swap
+            if swap is None or plan.activation.replace != swap.replace:
+                raise PlanError(
+                    f"activation: this space swaps "
+                    f"{swap.replace if swap else 'no activation'}, "
+                    f"not {plan.activation.replace!r}"
+                )
+            if plan.activation.to not in swap.to:
+                raise PlanError(
+                    f"activation.to: {plan.activation.to!r} is not among {list(swap.to)}"
+                )
         if plan.student is not None:
             sub = self.students.get(plan.student.key)
             if sub is None:
@@ -377,6 +427,11 @@ def discover(
     """
     options = options or SpaceOptions()
     output = check_forward(model, example_inputs)
+    swap = options.activation_swap
+    if swap is not None and not any(type(m).__name__ == swap.replace for m in model.modules()):
+        raise SpaceError(
+            f"activation_swap.replace: {type(model).__name__} has no {swap.replace!r} module"
+        )
     groups: list[LayerGroup] = []
     skipped: list[SkippedGroup] = []
     with eval_mode(model):
@@ -420,7 +475,7 @@ def discover(
     students: dict[str, SearchSpace] = {}
     if options.students:
         num_classes = int(output.shape[-1])
-        sub_options = replace(options, students=(), distill=None)
+        sub_options = replace(options, students=(), distill=None, activation_swap=None)
         for spec in options.students:
             student = build_student(spec, num_classes=num_classes, example_inputs=example_inputs)
             students[spec.key] = discover(student, example_inputs, sub_options)

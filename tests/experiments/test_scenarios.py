@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,49 @@ def test_resnet50_edge_with_data_and_weights_fine_tunes_under_its_constraints(
     )
     assert (trials.feasible == feasible).all()
     assert set(result.pareto.trial) <= set(trials[feasible].trial)
+
+
+def _elements(key: str, field: str) -> int:
+    """Elements of the first shape a table key gives for ``field`` (``in`` or ``out``)."""
+    part = next(p for p in key.split("|") if p.startswith(field + "="))
+    return math.prod(int(d) for d in part.split("=")[1].split(";")[0].split("x"))
+
+
+@pytest.mark.slow
+def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from frontier.search._evaluation import Evaluation
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    config = load_config("unsupported-op").override(
+        {
+            "search.trials": 8,
+            "search.population": 4,
+            "search.fidelity.rungs": ["proxy", "short"],
+            "local_table": {"calibration": 10, "time_cap_s": 0.05},
+        }
+    )
+    result = run(config, progress=False)
+    evaluation = Evaluation(config)  # the stored local-cpu table, edge-npu derived from it
+    npu, cpu = evaluation.context.latency["edge-npu"], evaluation.context.latency["local-cpu"]
+    swaps = set()
+    for trial in result.study.trials:
+        plan = evaluation.plan(trial.user_attrs["plan"])
+        swaps.add(plan.activation.to if plan.activation else "keep")
+        on_npu = npu.predict(evaluation.teacher, plan)
+        on_cpu = cpu.predict(evaluation.teacher, plan)
+        assert trial.user_attrs["values"]["latency_ms@edge-npu"] == pytest.approx(on_npu.latency_ms)
+        offloaded = [o for o in on_npu.ops if o.source == "offload"]
+        if plan.activation is None:
+            # Swish-beta's Sigmoid runs on the CPU; its input and output cross the link
+            assert [o.kind for o in offloaded] == ["sigmoid"] * 3
+            for o in offloaded:
+                moved = 4 * (_elements(o.key, "in") + _elements(o.key, "out"))
+                assert o.transfer_ms == pytest.approx(moved / 0.2e9 * 1e3)
+            transfers = sum(o.transfer_ms for o in offloaded)
+            assert on_npu.latency_ms == pytest.approx(on_cpu.latency_ms + transfers)
+        else:
+            assert not offloaded and on_npu.latency_ms == pytest.approx(on_cpu.latency_ms)
+    assert "keep" in swaps and swaps & {"relu", "hardswish"}

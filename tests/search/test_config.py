@@ -32,8 +32,29 @@ def test_unknown_name_lists_builtins() -> None:
         ("space:\n  include: ['(']\n", "is not a valid regex"),
         ("space:\n  ties: {a: '['}\n", "is not a valid regex"),
         ("[1, 2]\n", "a config must be a mapping"),
+        (
+            "devices:\n  - {name: npu, like: local-cpu, transfer_gbps: 0}\n",
+            "devices.0.derived.transfer_gbps: Input should be greater than 0 (got 0)",
+        ),
+        ("devices:\n  - {name: npu}\n", "devices.0.derived.like: Field required"),
+        (
+            "space:\n  activation_swap: {replace: Swish, to: [gelu]}\n",
+            "space.activation_swap.to.0: Input should be 'relu' or 'hardswish' (got 'gelu')",
+        ),
     ],
-    ids=["round_to", "ratio", "bits", "importance", "typo", "regex", "tie-regex", "not-mapping"],
+    ids=[
+        "round_to",
+        "ratio",
+        "bits",
+        "importance",
+        "typo",
+        "regex",
+        "tie-regex",
+        "not-mapping",
+        "device-bandwidth",
+        "device-like",
+        "swap-to",
+    ],
 )
 def test_errors_name_file_field_value(tmp_path, yaml_text: str, needle: str) -> None:
     path = tmp_path / "bad.yaml"

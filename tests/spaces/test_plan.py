@@ -29,7 +29,7 @@ def test_json_round_trip_is_identity() -> None:
     plan = full_plan()
     again = CompressionPlan.from_json(json.dumps(json.loads(plan.to_json())))
     assert again == plan
-    assert json.loads(plan.to_json())["format_version"] == PLAN_FORMAT_VERSION == 2
+    assert json.loads(plan.to_json())["format_version"] == PLAN_FORMAT_VERSION == 3
 
 
 def test_format_1_plans_still_load() -> None:

@@ -6,6 +6,7 @@ from torch import nn
 
 from frontier.spaces import (
     DistillOptions,
+    PlanError,
     SpaceError,
     SpaceOptions,
     StudentSpec,
@@ -126,3 +127,47 @@ def test_sparsity_dimension(mlp) -> None:
     for p in plans:
         assert set(p.sparsity.values()) <= {0.5, 0.9}
         space.validate(p)
+
+
+class _Swish(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)
+
+
+def _swish_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1),
+        _Swish(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        _Swish(),
+        nn.Flatten(),
+        nn.Linear(8 * 8 * 8, 10),
+    ).eval()
+
+
+def test_activation_swap_is_a_dimension_that_replaces_the_modules() -> None:
+    from frontier.spaces import ActivationSwap, CompressionPlan, SwapOptions, apply_plan
+
+    model, x = _swish_cnn(), torch.randn(2, 1, 8, 8)
+    space = discover(model, x, SpaceOptions(activation_swap=SwapOptions("_Swish")))
+    dim = next(d for d in space.dimensions() if d.name == "activation")
+    assert dim.choices == ("keep", "relu", "hardswish")
+    drawn = {space.sample(seed).activation for seed in range(30)}
+    assert drawn == {None, ActivationSwap("_Swish", "relu"), ActivationSwap("_Swish", "hardswish")}
+    plan = CompressionPlan(activation=ActivationSwap("_Swish", "hardswish"))
+    assert CompressionPlan.from_json(plan.to_json(), space=space) == plan
+    swapped = apply_plan(model, plan, x)
+    kinds = [type(m).__name__ for m in swapped]
+    assert kinds.count("Hardswish") == 2 and "_Swish" not in kinds
+    assert any(type(m).__name__ == "_Swish" for m in model)  # the original is untouched
+    assert swapped(x).shape == (2, 10)
+    with pytest.raises(PlanError, match="activation.to: 'relu' is not among"):
+        only_hs = discover(
+            model, x, SpaceOptions(activation_swap=SwapOptions("_Swish", ("hardswish",)))
+        )
+        only_hs.validate(CompressionPlan(activation=ActivationSwap("_Swish", "relu")))
+    with pytest.raises(PlanError, match="activation.to must be one of"):
+        ActivationSwap("_Swish", "gelu")
+    with pytest.raises(SpaceError, match="has no 'Mish' module"):
+        discover(model, x, SpaceOptions(activation_swap=SwapOptions("Mish")))
