@@ -346,13 +346,15 @@ class LatencyModel:
         overhead = self.table.overhead_ms
         raw = sum(c.latency_ms for c in costs) + overhead
         if self.calibrate and self.method is not None:
-            # Calibration learnt whole models that ran every op here; an offloaded op
-            # adds what it costs elsewhere (plus transfers) over what it would here.
-            latency = self._predict_with(self.method, self._fitted, specs)
+            # Calibration learnt whole dense models that ran every op here; an offloaded
+            # op adds what it costs elsewhere (plus transfers) over its price here, a
+            # sparse op what its sparse-kernel row costs over its dense twin.
+            native = [s.dense if s.sparsity else s for s in specs]
+            latency = self._predict_with(self.method, self._fitted, native)
             latency += sum(
-                c.latency_ms - self.op_cost(s, native=True).latency_ms
-                for s, c in zip(specs, costs, strict=True)
-                if c.source == "offload"
+                c.latency_ms - self.op_cost(n, native=True).latency_ms
+                for s, n, c in zip(specs, native, costs, strict=True)
+                if c.source == "offload" or s.sparsity > 0
             )
         else:
             latency = raw

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import re
 import sys
@@ -19,9 +20,10 @@ from torch import nn
 
 from frontier.spaces import SearchSpace
 
-from ._bundle import VALIDATION_SEED0, space_ops, whole_model_bytes, write_bundle
+from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, write_bundle
 from ._model import LatencyModel
-from ._table import DeviceStore, DeviceTable
+from ._sparse import measure_sparse_rows, sparse_variants
+from ._table import DeviceStore, DeviceTable, write_rows
 from .runner import measure_bundle, time_session
 
 LOCAL_CPU = "local-cpu"
@@ -88,16 +90,40 @@ def ensure_local_table(
 
     The first time a space targets this machine, its op bundle is built and measured
     and merged into the stored table; later calls find every op and measure nothing.
+    When the space searches unstructured sparsity, its sparse FP32 convolutions and
+    linear layers also get sparse-kernel rows (PyTorch CSR matmul, ``_sparse``).
     """
     threads = local_threads(name)
     if threads is None:
         raise ValueError(f"{name!r} is not a local device (local-cpu or local-cpu-Nt)")
     store = store or DeviceStore()
     found = space_ops(model, example_inputs, space)
-    if store.has(name):
-        table = store.load(name)
-        if all(table.get(s.key) is not None for s in found.ops):
-            return table
+    table = store.load(name) if store.has(name) else None
+    if table is None or any(table.get(s.key) is None for s in found.ops):
+        table = _measure_ops(
+            model, example_inputs, space, found, store, name, threads, calibration,
+            calibration_data, time_cap_s,
+        )  # fmt: skip
+    sparse = [
+        s for s in sparse_variants(found.ops, space.options.sparsity) if table.get(s.key) is None
+    ]
+    if sparse:
+        table = _measure_sparse(table, sparse, store, threads, time_cap_s)
+    return table
+
+
+def _measure_ops(
+    model: nn.Module,
+    example_inputs: Any,
+    space: SearchSpace,
+    found: Any,
+    store: DeviceStore,
+    name: str,
+    threads: int,
+    calibration: int,
+    calibration_data: Any,
+    time_cap_s: float,
+) -> DeviceTable:
     print(f"measuring {found.count} ops for the {name} table ...", file=sys.stderr)
     power_w, source = cpu_power_w()
     with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
@@ -120,6 +146,36 @@ def ensure_local_table(
             manifest=manifest,
             merge=True,
             meta={"active_power_w": power_w, "power_source": source},
+        )
+
+
+def _measure_sparse(
+    table: DeviceTable, specs: list[Any], store: DeviceStore, threads: int, time_cap_s: float
+) -> DeviceTable:
+    import torch
+
+    print(
+        f"measuring {len(specs)} sparse-kernel ops (torch CSR matmul) for the "
+        f"{table.name} table ...",
+        file=sys.stderr,
+    )
+    start = time.perf_counter()
+    rows = measure_sparse_rows(
+        specs,
+        overhead_ms=table.overhead_ms,
+        threads=threads,
+        time_cap_s=time_cap_s,
+        progress=lambda done, total: _progress("sparse ops", done, total, start),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sparse.csv"
+        write_rows(out, rows)
+        Path(str(out) + ".meta.json").write_text(json.dumps(table.meta))
+        return store.import_table(
+            out,
+            name=table.name,
+            merge=True,
+            meta={"sparse_kernels": f"torch {torch.__version__} CSR matmul (im2col for conv)"},
         )
 
 

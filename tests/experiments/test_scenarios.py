@@ -209,3 +209,36 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
         else:
             assert not offloaded and on_npu.latency_ms == pytest.approx(on_cpu.latency_ms)
     assert "keep" in swaps and swaps & {"relu", "hardswish"}
+
+
+@pytest.mark.slow
+def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from frontier.search._evaluation import Evaluation
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    config = load_config("sparse-vs-structured").override(
+        {
+            "search.trials": 8,
+            "search.population": 4,
+            "search.fidelity.rungs": ["proxy", "short"],
+            "local_table": {"calibration": 0, "time_cap_s": 0.02},
+        }
+    )
+    result = run(config, progress=False)
+    evaluation = Evaluation(config)
+    table = evaluation.tables["local-cpu"]
+    assert any(r.op_type == "conv-sparse" for r in table.ops())
+    lm = evaluation.context.latency["local-cpu"]
+    kinds = set()
+    for trial in result.study.trials:
+        plan = evaluation.plan(trial.user_attrs["plan"])
+        kinds.add(("sparse" if plan.sparsity else "") + ("pruned" if plan.prune else ""))
+        estimate = lm.predict(evaluation.teacher, plan)
+        assert estimate.coverage["sparse_as_dense"] == 0  # every sparse layer was measured
+        assert trial.user_attrs["values"]["latency_ms@local-cpu"] == pytest.approx(
+            estimate.latency_ms
+        )
+    assert {"sparse", "pruned"} <= {k for kind in kinds for k in ("sparse", "pruned") if k in kind}
