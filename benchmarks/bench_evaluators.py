@@ -14,8 +14,10 @@ Run: python benchmarks/bench_evaluators.py [--plans 30] [--steps 100]
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import warnings
+from pathlib import Path
 
 import torch
 from scipy.stats import spearmanr
@@ -29,7 +31,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--plans", type=int, default=30)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    figures: dict[str, dict[str, float]] = {}
     warnings.simplefilter("ignore")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
@@ -62,15 +66,28 @@ def main() -> None:
             walls.append(s.wall_s)
             fulls.append(full(candidate, context).value)
         rho = spearmanr(shorts, fulls)[0]
+        proxies = {
+            name: float(spearmanr([d[name] for d in signals], fulls)[0])
+            for name in ("agreement", "neg_kl", "saliency")
+        }
+        figures[family] = {
+            "short_vs_full_spearman": float(rho),
+            **{f"proxy_{k}_spearman": v for k, v in proxies.items()},
+            "short_wall_median_s": statistics.median(walls),
+            "short_wall_max_s": max(walls),
+            "full_accuracy_min": min(fulls),
+            "full_accuracy_max": max(fulls),
+        }
         print(f"\ndigits {family}: full accuracy {min(fulls):.3f}..{max(fulls):.3f}")
         print(f"  short vs full Spearman {rho:.3f} (target >= 0.8)")
-        for name in ("agreement", "neg_kl", "saliency"):
-            r = spearmanr([d[name] for d in signals], fulls)[0]
+        for name, r in proxies.items():
             print(f"  proxy {name:<10} vs full Spearman {r:+.3f} (goal >= 0.5 for the best)")
         print(
             f"  short evaluation wall time: median {statistics.median(walls):.2f} s, "
             f"max {max(walls):.2f} s (target <= 3 s)"
         )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ Run: python benchmarks/bench_latency.py [--samples 50] [--calibration 30]
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -150,7 +151,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--calibration", type=int, default=30)
+    parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    figures: dict[str, object] = {}
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     opts = dict(prune_ratios=(0.0, 0.25, 0.5, 0.75), weight_bits=(8, 32), act_bits=(8, 32))
@@ -191,8 +194,24 @@ def main() -> None:
             f"bundle (ops and {args.calibration + args.samples} whole models) measured in "
             f"{c['t_measure']:.0f} s (target <= 600 s for mobilenet_v2)"
         )
-        print(f"  calibration chosen: {c['results'].pop('method', 'none')}")
+        method = c["results"].pop("method", "none")
+        print(f"  calibration chosen: {method}")
         rep = c["results"].pop("repeatability")
+        figures[name] = {
+            "ops": c["ops"],
+            "bundle_s": c["t_bundle"],
+            "measure_s": c["t_measure"],
+            "method": method,
+            "repeatability": rep,
+            **{
+                label: {
+                    "within_10pct": r.within_10pct,
+                    "kendall_tau": r.kendall_tau,
+                    "mape": r.mape,
+                }
+                for label, r in c["results"].items()
+            },
+        }
         print(
             f"  {'re-measured (ceiling)':<20} within +/-10%: {rep['within']:6.1%}"
             f"                  Kendall tau {rep['tau']:.3f}                    "
@@ -204,6 +223,11 @@ def main() -> None:
                 f"Kendall tau {r.kendall_tau:.3f} (target >= 0.9)  MAPE {r.mape:.1%}"
             )
     print(f"\npredict(resnet50 plan): median {predict_ms:.2f} ms (target <= 5 ms)")
+    if args.json:
+        figures["predict_resnet50_ms"] = predict_ms
+        figures["samples"] = args.samples
+        figures["calibration"] = args.calibration
+        Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -23,13 +23,18 @@ def _closest(value: Any, choices: tuple[Any, ...]) -> Any:
 
 
 def uniform_params(
-    space: SearchSpace, *, prune: float, weight_bits: int, act_bits: int
+    space: SearchSpace,
+    *,
+    prune: float,
+    weight_bits: int,
+    act_bits: int,
+    activation: str = "keep",
 ) -> dict[str, Any]:
     """Trial parameters (``space.dimensions()`` names) of the uniform plan: every group
     at ``prune``, every layer at ``weight_bits``/``act_bits``, no sparsity, no
-    distillation, no student."""
-    fixed = {"distill": False, "student": "none"}
-    per_layer = {"prune": prune, "wbits": weight_bits, "abits": act_bits, "sparsity": 0.0}
+    distillation, no student, the given activation choice."""
+    fixed = {"distill": False, "student": "none", "activation": activation}
+    per_layer = {"prune": prune, "wbits": weight_bits, "abits": act_bits, "sparse": 0.0}
     params: dict[str, Any] = {}
     for d in space.dimensions():
         if "/" in d.name or d.name.startswith("distill."):
@@ -45,14 +50,21 @@ def _act_for(weight_bits: int, act_bits: list[int]) -> int:
 
 def anchor_params(space: SearchSpace) -> list[dict[str, Any]]:
     """A few uniform plans: the smallest, middle and largest prune ratio at each weight
-    bit width (activations at 8 bits where the weights are at 8 or fewer)."""
+    bit width (activations at 8 bits where the weights are at 8 or fewer), for each
+    activation choice where the space swaps activations."""
     opts = space.options
     ratios = sorted(set(opts.prune_ratios))
     picks = sorted({ratios[0], ratios[len(ratios) // 2], ratios[-1]})
+    swap = opts.activation_swap
+    activations = ["keep", *(swap.to if swap is not None else ())]
     out = []
-    for wbits, ratio in itertools.product(sorted(opts.weight_bits), picks):
+    for activation, wbits, ratio in itertools.product(activations, sorted(opts.weight_bits), picks):
         act = _act_for(wbits, list(opts.act_bits))
-        out.append(uniform_params(space, prune=ratio, weight_bits=wbits, act_bits=act))
+        out.append(
+            uniform_params(
+                space, prune=ratio, weight_bits=wbits, act_bits=act, activation=activation
+            )
+        )
     return _unique(out)
 
 

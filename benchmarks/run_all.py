@@ -1,0 +1,591 @@
+"""Every benchmark and every built-in scenario, then ``benchmarks/REPORT.md``.
+
+Runs bench_spaces, bench_evaluators, bench_latency and bench_search (each in its own
+process, figures through ``--json``), then each scenario as a search on a small budget in
+a fresh working directory with a fresh device store (so this machine's tables are
+measured in this run), plus a dense-vs-CSR kernel sweep. Writes the report with every
+figure beside its target, Frontier beside its baselines (random search, uniform sweep,
+the FP32 model), PNG plots, the machine, the versions and the date. Every number in the
+report comes from this run.
+
+Run: python benchmarks/run_all.py [--quick] [--out benchmarks]
+``--quick`` (about 25 minutes here) uses smaller budgets everywhere; the report says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+
+#: (script, full arguments, quick arguments)
+BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
+    "spaces": ("bench_spaces.py", [], ["--repeats", "3"]),
+    "evaluators": ("bench_evaluators.py", [], ["--plans", "10"]),
+    "latency": ("bench_latency.py", [], ["--samples", "20", "--calibration", "20"]),
+    "search": (
+        "bench_search.py",
+        [],
+        ["--trials", "40", "--seeds", "0", "1", "--overhead-trials", "200"],
+    ),
+}
+
+#: scenario -> (full overrides, quick overrides)
+SCENARIOS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "digits-mcu": ({}, {"search.trials": 120}),
+    "multi-device": ({}, {"search.trials": 60}),
+    "unsupported-op": ({}, {"search.trials": 60}),
+    "sparse-vs-structured": ({}, {"search.trials": 60}),
+    "mobilenetv2-flops40": (
+        {"search.trials": 40},
+        {
+            "search.trials": 16,
+            "search.population": 8,
+            "local_table.calibration": 10,
+            "local_table.time_cap_s": 0.1,
+        },
+    ),
+    "resnet50-edge": (
+        {"search.trials": 30},
+        {
+            "search.trials": 10,
+            "search.population": 5,
+            "local_table.calibration": 8,
+            "local_table.time_cap_s": 0.1,
+        },
+    ),
+}
+
+
+# -- running ------------------------------------------------------------------------------
+def run_benchmark(name: str, quick: bool, logs: Path) -> dict[str, Any]:
+    script, full, fast = BENCHMARKS[name]
+    out = logs / f"{name}.json"
+    cmd = [sys.executable, str(HERE / script), *(fast if quick else full), "--json", str(out)]
+    print(f"[run_all] {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    (logs / f"{name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr[-20000:])
+    if proc.returncode != 0 or not out.exists():
+        return {"error": f"exit {proc.returncode}: {proc.stderr[-2000:]}", "wall_s": wall}
+    figures: dict[str, Any] = json.loads(out.read_text())
+    figures["wall_s"] = wall
+    figures["args"] = " ".join(fast if quick else full) or "(defaults)"
+    return figures
+
+
+def run_scenario(name: str, quick: bool, work: Path, trials: int | None) -> dict[str, Any]:
+    from frontier.search import load_config, run
+
+    full, fast = SCENARIOS[name]
+    overrides = dict(fast if quick else full)
+    if trials is not None:
+        overrides["search.trials"] = trials
+    print(f"[run_all] scenario {name} {overrides}", file=sys.stderr, flush=True)
+    config = load_config(name).override(overrides)
+    cwd = Path.cwd()
+    os.chdir(work)
+    start = time.perf_counter()
+    try:
+        result = run(config, progress=False)
+    finally:
+        os.chdir(cwd)
+    plans = {t.number: t.user_attrs.get("plan", {}) for t in result.study.trials}
+    trials = result.trials.copy()
+    trials["plan"] = [plans.get(n, {}) for n in trials.trial]
+    trials["pareto"] = trials.trial.isin(result.pareto.trial)
+    return {
+        "config": config,
+        "overrides": overrides,
+        "wall_s": time.perf_counter() - start,
+        "trials": trials,
+        "pareto": result.pareto,
+        "hypervolume": result.hypervolume,
+        "baseline": result.study.user_attrs.get("frontier.baseline", {}),
+        "constraints": result.study.user_attrs.get("frontier.constraints", []),
+        "notes": _notes(work, result.mlflow_run_id),
+    }
+
+
+def _notes(work: Path, run_id: str) -> list[str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+    notes: list[str] = json.loads(client.get_run(run_id).data.tags.get("frontier.notes", "[]"))
+    return notes
+
+
+def kernel_sweep(quick: bool) -> list[dict[str, Any]]:
+    """Dense ONNX Runtime Gemm/Conv against the CSR kernel, per call, one thread."""
+    import torch
+
+    from frontier.latency_models import OpSpec, build_onnx, measure_local
+    from frontier.latency_models._sparse import sparse_kernel, time_call
+
+    torch.set_num_threads(1)
+    cap = 0.2 if quick else 0.5
+    rows = []
+    shapes: list[tuple[str, OpSpec]] = []
+    for n in (64, 512, 2048):
+        shapes.append(
+            (
+                f"linear {n}x{n}",
+                OpSpec("Gemm", (), ((1, n),), (1, n), (("transB", 1),), (), 1, "fp32"),
+            )
+        )
+    for c, hw in ((16, 8), (64, 28)):
+        attrs = (("dilations", (1, 1)), ("pads", (1, 1, 1, 1)), ("strides", (1, 1)))
+        spec = OpSpec("Conv", (), ((1, c, hw, hw),), (1, c, hw, hw), attrs, (3, 3), 1, "fp32")
+        shapes.append((f"conv3x3 {c}->{c} @{hw}x{hw}", spec))
+    for label, spec in shapes:
+        dense_ms = measure_local(build_onnx(spec).SerializeToString(), time_cap_s=cap)
+        for share in (0.5, 0.9, 0.99):
+            sparse = spec.__class__(**{**spec.__dict__, "sparsity": share})
+            csr_ms = time_call(sparse_kernel(sparse), time_cap_s=cap)[0]
+            rows.append(
+                {
+                    "layer": label,
+                    "sparsity": share,
+                    "onnxruntime dense (us)": dense_ms * 1e3,
+                    "torch CSR (us)": csr_ms * 1e3,
+                    "CSR speed-up": dense_ms / csr_ms,
+                }
+            )
+    return rows
+
+
+# -- reporting ----------------------------------------------------------------------------
+def _fmt(v: Any, digits: int = 4) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def md_table(frame: pd.DataFrame, digits: int = 4) -> str:
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(_fmt(row[c], digits) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def figure_rows(figs: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, value, target, met) rows from the benchmarks' JSON figures."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def add(name: str, value: str, target: str, met: bool | None) -> None:
+        rows.append((name, value, target, "-" if met is None else ("met" if met else "MISSED")))
+
+    sp = figs.get("spaces", {})
+    if "discover_s" in sp:
+        add(
+            "discover(resnet50), median",
+            f"{sp['discover_s']:.2f} s",
+            "<= 5 s",
+            sp["discover_s"] <= 5,
+        )
+        add("apply_plan(resnet50), median", f"{sp['apply_s']:.2f} s", "<= 2 s", sp["apply_s"] <= 2)
+    ev = figs.get("evaluators", {})
+    for family in ("mlp", "cnn"):
+        f = ev.get(family)
+        if not f:
+            continue
+        rho = f["short_vs_full_spearman"]
+        add(f"digits {family}: short vs full rung, Spearman", f"{rho:.3f}", ">= 0.8", rho >= 0.8)
+        best = max((v, k) for k, v in f.items() if k.startswith("proxy_"))
+        add(
+            f"digits {family}: best proxy ({best[1][6:-9]}) vs full, Spearman",
+            f"{best[0]:.3f}",
+            ">= 0.5 (goal)",
+            best[0] >= 0.5,
+        )
+        add(
+            f"digits {family}: one short evaluation, median",
+            f"{f['short_wall_median_s']:.2f} s",
+            "<= 3 s",
+            f["short_wall_median_s"] <= 3,
+        )
+    lat = figs.get("latency", {})
+    for case in ("digits CNN", "mobilenet_v2 224"):
+        c = lat.get(case)
+        if not c:
+            continue
+        cal = c.get("calibrated", {})
+        if cal:
+            add(
+                f"{case}: predictions within +/-10% of measured",
+                f"{cal['within_10pct']:.0%}",
+                ">= 95%",
+                cal["within_10pct"] >= 0.95,
+            )
+            add(
+                f"{case}: Kendall tau predicted vs measured",
+                f"{cal['kendall_tau']:.3f}",
+                ">= 0.9",
+                cal["kendall_tau"] >= 0.9,
+            )
+            rep = c["repeatability"]
+            add(
+                f"{case}: the same models measured twice (ceiling)",
+                f"{rep['within']:.0%} within, tau {rep['tau']:.3f}",
+                "-",
+                None,
+            )
+        if case.startswith("mobilenet"):
+            add(
+                "measuring the mobilenet_v2 bundle",
+                f"{c['measure_s']:.0f} s ({c['ops']} ops)",
+                "<= 600 s",
+                c["measure_s"] <= 600,
+            )
+    if "predict_resnet50_ms" in lat:
+        ms = lat["predict_resnet50_ms"]
+        add("predict one resnet50 plan, median", f"{ms:.2f} ms", "<= 5 ms", ms <= 5)
+    se = figs.get("search", {})
+    if "default_run_s" in se:
+        s = se["default_run_s"]
+        add("frontier search digits-mcu, default budget, fresh", f"{s:.0f} s", "<= 600 s", s <= 600)
+    if "overhead_ms_per_trial" in se:
+        o = se["overhead_ms_per_trial"]
+        add("engine overhead per trial", f"{o:.1f} ms", "<= 50 ms", o <= 50)
+    if "pick" in se:
+        p = se["pick"]
+        gap = abs(p["onnx_accuracy"] - p["logged_accuracy"]) * 100
+        add("picked model: ONNX accuracy vs logged", f"{gap:.2f} points", "<= 0.5", gap <= 0.5)
+        err = abs(p["measured_latency_ms"] / p["logged_latency_ms"] - 1) * 100
+        add("picked model: measured latency vs logged", f"{err:.1f}%", "<= 10%", err <= 10)
+    hv = se.get("hypervolume", {}).get("median")
+    if hv:
+        met = hv["frontier"] >= max(hv["random"], hv["uniform"])
+        add(
+            "hypervolume, median over seeds: Frontier / random / uniform sweep",
+            f"{hv['frontier']:.4f} / {hv['random']:.4f} / {hv['uniform']:.4f}",
+            "Frontier >= both",
+            met,
+        )
+    return rows
+
+
+def _plan_kind(plan: dict[str, Any]) -> str:
+    pruned, sparse = bool(plan.get("prune")), bool(plan.get("sparsity"))
+    return {
+        (False, False): "dense",
+        (True, False): "structured",
+        (False, True): "sparse",
+        (True, True): "structured + sparse",
+    }[(pruned, sparse)]
+
+
+def _activation(plan: dict[str, Any]) -> str:
+    act = plan.get("activation")
+    return "keep (SwishBeta)" if not act else str(act["to"])
+
+
+def plot_front(
+    trials: pd.DataFrame,
+    x: str,
+    y: str,
+    path: Path,
+    *,
+    baseline: dict[str, float],
+    hue: str | None = None,
+    title: str = "",
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = trials[trials.state == "complete"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = done.groupby(hue) if hue else [("trials", done)]
+    for label, g in groups:
+        ax.scatter(g[x], g[y], s=14, alpha=0.6, label=str(label))
+    front = done[done.pareto].sort_values(x)
+    ax.plot(front[x], front[y], "k-o", ms=5, mfc="none", label="front")
+    if x in baseline and y in baseline:
+        ax.scatter([baseline[x]], [baseline[y]], marker="*", s=150, c="red", label="FP32 model")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def scenario_section(name: str, s: dict[str, Any], out: Path) -> list[str]:
+    cfg = s["config"]
+    trials: pd.DataFrame = s["trials"]
+    done = trials[trials.state == "complete"]
+    base = s["baseline"]
+    objectives = [o.name for o in cfg.objectives]
+    lines = [
+        f"### {name}",
+        "",
+        f"{cfg.description}. Budget: {len(trials)} trials "
+        f"({', '.join(f'{k}={v}' for k, v in s['overrides'].items()) or 'config defaults'}), "
+        f"{s['wall_s']:.0f} s including this machine's table measurement; "
+        f"{int((trials.state == 'failed').sum())} failed; front of {len(s['pareto'])}; "
+        f"hypervolume {s['hypervolume']:.4f}.",
+        "",
+    ]
+    if s["constraints"]:
+        lines += [
+            f"Constraints (resolved against the FP32 model): {', '.join(s['constraints'])}.",
+            "",
+        ]
+    for note in s["notes"]:
+        lines += [f"> {note}", ""]
+    cols = [c for c in ["trial", "rung", *objectives, *cfg.metrics] if c in s["pareto"].columns]
+    shown = [c for c in dict.fromkeys(cols + [c for c in cfg.metric_names() if c in s["pareto"]])]
+    fp32 = pd.DataFrame(
+        [{"trial": "FP32 model", "rung": "-", **{c: base.get(c) for c in shown[2:]}}]
+    )
+    front = s["pareto"][shown].sort_values(objectives[0], ascending=False).head(12)
+    lines += [md_table(pd.concat([fp32, front], ignore_index=True)), ""]
+    x = next((o for o in objectives[1:] if o in done), objectives[-1])
+    hue = None
+    if name == "unsupported-op":
+        trials["activation"] = [_activation(p) for p in trials.plan]
+        hue = "activation"
+    if name == "sparse-vs-structured":
+        trials["kind"] = [_plan_kind(p) for p in trials.plan]
+        hue = "kind"
+    png = out / f"report-{name}.png"
+    plot_front(trials, x, "accuracy", png, baseline=base, hue=hue, title=name)
+    lines += [f"![{name}: accuracy against {x}]({png.name})", ""]
+    lines += _scenario_extra(name, trials, s, out)
+    return lines
+
+
+def _scenario_extra(name: str, trials: pd.DataFrame, s: dict[str, Any], out: Path) -> list[str]:
+    done = trials[trials.state == "complete"].copy()
+    if name == "multi-device":
+        from frontier.search._pareto import Objective, pareto_mask
+
+        lines = ["Each device's own front, from the same trials:", ""]
+        members = {}
+        for device in ("local-cpu", "local-cpu-2t"):
+            col = f"latency_ms@{device}"
+            mask = pareto_mask(
+                done[["accuracy", col]].to_numpy(),
+                [Objective("accuracy", "maximize"), Objective(col, "minimize")],
+            )
+            members[device] = set(done[mask].trial)
+        both = members["local-cpu"] & members["local-cpu-2t"]
+        rows = []
+        for t in sorted(members["local-cpu"] | members["local-cpu-2t"]):
+            r = done[done.trial == t].iloc[0]
+            rows.append(
+                {
+                    "trial": t,
+                    "accuracy": r.accuracy,
+                    "1 thread (ms)": r["latency_ms@local-cpu"],
+                    "2 threads (ms)": r["latency_ms@local-cpu-2t"],
+                    "2t / 1t": r["latency_ms@local-cpu-2t"] / r["latency_ms@local-cpu"],
+                    "on 1t front": t in members["local-cpu"],
+                    "on 2t front": t in members["local-cpu-2t"],
+                }
+            )
+        lines += [
+            md_table(pd.DataFrame(rows)),
+            "",
+            f"Models on both fronts: {len(both)}; "
+            f"{len(members['local-cpu'] - both)} only on the 1-thread front, "
+            f"{len(members['local-cpu-2t'] - both)} only on the 2-thread front.",
+            "",
+        ]
+        return lines
+    if name == "unsupported-op":
+        g = done.groupby("activation").agg(
+            trials=("trial", "count"),
+            best_accuracy=("accuracy", "max"),
+            median_npu_ms=("latency_ms@edge-npu", "median"),
+            median_cpu_ms=("latency_ms@local-cpu", "median"),
+            front_members=("pareto", "sum"),
+        )
+        return [
+            "By activation: the Sigmoid inside SwishBeta falls back to the CPU on "
+            "`edge-npu` and pays for moving its tensors both ways.",
+            "",
+            md_table(g.reset_index()),
+            "",
+        ]
+    if name == "sparse-vs-structured":
+        g = done.groupby("kind").agg(
+            trials=("trial", "count"),
+            best_accuracy=("accuracy", "max"),
+            min_latency_ms=("latency_ms@local-cpu", "min"),
+            median_latency_ms=("latency_ms@local-cpu", "median"),
+            front_members=("pareto", "sum"),
+        )
+        return ["By kind of plan:", "", md_table(g.reset_index()), ""]
+    return []
+
+
+def write_report(
+    out: Path,
+    figs: dict[str, Any],
+    scenarios: dict[str, Any],
+    sweep: list[dict[str, Any]],
+    *,
+    quick: bool,
+    wall_s: float,
+    started: str,
+) -> Path:
+    import torch
+
+    from frontier.latency_models.runner import cpu_model
+
+    lines = [
+        "# Frontier benchmark report",
+        "",
+        f"Written by `python benchmarks/run_all.py{' --quick' if quick else ''}` on {started} "
+        f"in {wall_s / 60:.1f} minutes. Every figure below comes from that run.",
+        "",
+        "## Machine and versions",
+        "",
+        f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores; no GPU used",
+        f"- {platform.platform()}, Python {platform.python_version()}",
+        "- "
+        + ", ".join(
+            f"{p} {version(p)}"
+            for p in (
+                "frontier",
+                "torch",
+                "torchvision",
+                "torch-pruning",
+                "onnxruntime",
+                "onnx",
+                "optuna",
+                "ray",
+                "mlflow",
+                "codecarbon",
+                "pandas",
+            )
+        ),
+        f"- torch sees {torch.get_num_threads()} threads; device tables use ONNX Runtime's "
+        "CPU provider, batch 1",
+        "",
+        "## What was measured and what was simulated",
+        "",
+        "- **Measured here**: every latency table (`local-cpu`, `local-cpu-2t`), each op and "
+        "whole model timed with ONNX Runtime on this CPU; sparse-kernel rows timed with "
+        "PyTorch's CSR matmul; accuracies (digits: real data shipped with scikit-learn, "
+        "real fine-tuning); wall times; search hypervolumes.",
+        "- **Simulated**: quantized accuracy below 8 bits (fake quantization in PyTorch; "
+        "8-bit layers run as real INT8 in ONNX Runtime); the `edge-npu` device of "
+        "`unsupported-op` (this CPU's table with Sigmoid marked unsupported and a 0.2 GB/s "
+        "link, no real accelerator); energy (latency x CodeCarbon's CPU power figure, no "
+        "power meter); carbon (CodeCarbon grid intensity).",
+        "- **Not real accuracy**: `mobilenetv2-flops40` and `resnet50-edge` ran without an "
+        "image data set or pretrained weights (none can be downloaded here): random weights, "
+        "synthetic images, and accuracy is the proxy (agreement with the untrained teacher). "
+        "Their latency, size and MACs are real.",
+        "",
+        "## Benchmarks against their targets",
+        "",
+        "| figure | value | target | |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in figure_rows(figs)]
+    lines += [""]
+    for name, f in figs.items():
+        state = f"error: {f['error'][:300]}" if "error" in f else f"arguments {f.get('args')}"
+        lines.append(f"- {name}: {f.get('wall_s', 0):.0f} s, {state}")
+    lines += ["", "Logs of each benchmark: `benchmarks/report-logs/`.", ""]
+    se = figs.get("search", {})
+    hv = se.get("hypervolume")
+    if hv and "per_seed" in hv:
+        lines += [
+            "### Frontier against its baselines (digits-mcu, same engine and budget)",
+            "",
+            md_table(
+                pd.DataFrame(
+                    {
+                        "seed": hv.get("seeds", range(len(hv["per_seed"]["frontier"]))),
+                        **hv["per_seed"],
+                    }
+                )
+            ),
+            "",
+        ]
+    lines += ["## Scenarios", ""]
+    for name, s in scenarios.items():
+        if "error" in s:
+            lines += [f"### {name}", "", f"FAILED: {s['error']}", ""]
+            continue
+        lines += scenario_section(name, s, out)
+        if name == "sparse-vs-structured" and sweep:
+            lines += [
+                "Where a sparse kernel pays: one layer, dense ONNX Runtime kernel against "
+                "PyTorch's CSR matmul on the same weights (1 thread, per call):",
+                "",
+                md_table(pd.DataFrame(sweep), 3),
+                "",
+            ]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small budgets (about 25 min)")
+    parser.add_argument("--out", default=str(HERE), help="where REPORT.md and PNGs go")
+    parser.add_argument("--only", nargs="*", help="benchmarks/scenarios to run (default all)")
+    parser.add_argument("--trials", type=int, help="every scenario's trial budget (a smoke run)")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    out = Path(args.out)
+    logs = out / "report-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    t0 = time.perf_counter()
+    chosen = set(args.only or [*BENCHMARKS, *SCENARIOS, "sweep"])
+    figs = {name: run_benchmark(name, args.quick, logs) for name in BENCHMARKS if name in chosen}
+    scenarios: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="frontier-report-") as tmp:
+        os.environ["FRONTIER_DATA_DIR"] = str(Path(tmp) / "data")
+        for name in SCENARIOS:
+            if name not in chosen:
+                continue
+            work = Path(tmp) / name
+            work.mkdir()
+            try:
+                scenarios[name] = run_scenario(name, args.quick, work, args.trials)
+            except Exception as err:  # a failed scenario is reported, the rest still run
+                scenarios[name] = {"error": f"{type(err).__name__}: {err}"}
+        sweep = kernel_sweep(args.quick) if "sweep" in chosen else []
+        path = write_report(
+            out,
+            figs,
+            scenarios,
+            sweep,
+            quick=args.quick,
+            wall_s=time.perf_counter() - t0,
+            started=started,
+        )
+    print(f"[run_all] wrote {path} in {(time.perf_counter() - t0) / 60:.1f} min", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
