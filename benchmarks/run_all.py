@@ -106,7 +106,7 @@ def run_scenario(name: str, quick: bool, work: Path, trials: int | None) -> dict
     finally:
         os.chdir(cwd)
     plans = {t.number: t.user_attrs.get("plan", {}) for t in result.study.trials}
-    trials = result.trials.copy()
+    trials: pd.DataFrame = pd.DataFrame(result.trials).copy()
     trials["plan"] = [plans.get(n, {}) for n in trials.trial]
     trials["pareto"] = trials.trial.isin(result.pareto.trial)
     return {
