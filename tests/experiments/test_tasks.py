@@ -46,7 +46,7 @@ def test_unknown_task_and_options() -> None:
         build_task("digitz")
     with pytest.raises(TaskError, match="task.options"):
         build_task("digits", modell="mlp")
-    with pytest.raises(TaskError, match="'mlp' and 'cnn'"):
+    with pytest.raises(TaskError, match="digits has mlp, cnn, cnn-swish, got 'vit'"):
         build_task("digits", model="vit")
 
 
