@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frontier.spaces import CompressionPlan
+from frontier.spaces import CompressionPlan, recalibrate_bn
 
 from ._base import MAXIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
 
@@ -111,22 +111,6 @@ def distill(
         student.load_state_dict(best_state)
     student.eval()
     return losses
-
-
-def recalibrate_bn(model: nn.Module, batches: list[Any]) -> None:
-    """Re-estimate batch-norm statistics on a few batches (no gradient step): pruning
-    and quantization shift activations, and stale statistics hide what survives."""
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    if not norms or not batches:
-        return
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # a cumulative average over the batches
-    model.train()
-    with torch.no_grad():
-        for batch in batches:
-            model(batch[0] if isinstance(batch, tuple | list) else batch)
-    model.eval()
 
 
 def proxy_signals(

@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from frontier.spaces import recalibrate_bn
+
 from ._tasks import Loaders, Task, TaskError, register_task
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -170,30 +172,12 @@ class ImageFolderTask(Task):
         if self.weights is not None:
             load_weights(model, self.weights)
         else:
-            self._estimate_norm_statistics(model)
+            # batch-norm statistics of its data, as training would give it: with the
+            # initial ones (mean 0, variance 1) the teacher disagrees with any copy
+            # whose statistics a proxy re-estimates, its own included
+            recalibrate_bn(model, self.calibration_batches(batches=2, batch_size=32))
         self._baseline = model.eval()
         return self._baseline
-
-    def _estimate_norm_statistics(self, model: nn.Module, batches: int = 2) -> None:
-        """Give a random-weight model batch-norm statistics of its data (forward passes
-        only), as training would: with the initial ones (mean 0, variance 1) its outputs
-        are far from those of any recalibrated compressed copy, and proxies compare with
-        it after recalibrating the copy's statistics."""
-        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        if not norms:
-            return
-        for m in norms:
-            m.reset_running_stats()
-            m.momentum = None  # a cumulative average over the batches
-        model.train()
-        with torch.no_grad():
-            for i, (x, _) in enumerate(self.loaders(batch_size=32).train):
-                if i >= batches:
-                    break
-                model(x)
-        for m in norms:
-            m.momentum = 0.1
-        model.eval()
 
 
 def _synthetic(split: str, image_size: int, num_classes: int, seed: int) -> Any:

@@ -14,7 +14,7 @@ from ._export import (
     onnx_module_name,
     quantize_onnx_int8,
 )
-from ._forward import SpaceError
+from ._forward import SpaceError, recalibrate_bn
 from ._plan import (
     IMPORTANCE_CRITERIA,
     PLAN_FORMAT_VERSION,
@@ -89,6 +89,7 @@ __all__ = [
     "onnx_module_name",
     "quant_bits",
     "quantize_onnx_int8",
+    "recalibrate_bn",
     "register_student",
     "student_families",
     "swap_activations",

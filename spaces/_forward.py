@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -33,6 +33,28 @@ def run_model(model: nn.Module, example_inputs: Any) -> Any:
     if isinstance(example_inputs, tuple | list):
         return model(*example_inputs)
     return model(example_inputs)
+
+
+def recalibrate_bn(model: nn.Module, batches: Iterable[Any]) -> None:
+    """Re-estimate batch-norm statistics as the average over ``batches`` of
+    ``(inputs, targets)`` or inputs (forward passes, no gradient step), then leave the
+    model in eval mode. Pruning and quantization shift activations, and stale statistics
+    hide what survives; a random-weight model needs them to mean anything at all."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    batches = list(batches)
+    if not norms or not batches:
+        return
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches
+    model.train()
+    with torch.no_grad():
+        for batch in batches:
+            run_model(model, batch[0] if isinstance(batch, tuple | list) else batch)
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+    model.eval()
 
 
 def check_forward(model: nn.Module, example_inputs: Any) -> torch.Tensor:
