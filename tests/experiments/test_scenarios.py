@@ -11,6 +11,7 @@ import pytest
 from frontier.latency_models import local_threads
 from frontier.search import load_config, run
 from frontier.search.cli import main
+from tests.experiments.images import image_folder
 
 
 @pytest.mark.parametrize(
@@ -28,21 +29,27 @@ def test_local_device_names(name: str, threads: int | None) -> None:
     assert local_threads(name) == threads
 
 
-@pytest.mark.slow
-def test_multi_device_one_search_a_front_per_device(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
+def _tiny_search(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **overrides):
+    """Run built-in experiment ``name`` on 8 trials (proxy and short rungs) in a fresh
+    working directory and device store; returns the result and the config."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
-    config = load_config("multi-device").override(
+    config = load_config(name).override(
         {
             "search.trials": 8,
             "search.population": 4,
             "search.fidelity.rungs": ["proxy", "short"],
-            "constraints": [],
+            **overrides,
         }
     )
-    result = run(config, progress=False)
+    return run(config, progress=False), config
+
+
+@pytest.mark.slow
+def test_multi_device_one_search_a_front_per_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    result, _ = _tiny_search("multi-device", tmp_path, monkeypatch, constraints=[])
     trials = result.trials[result.trials.state == "complete"]
     assert len(trials) == 8
     one, two = trials["latency_ms@local-cpu"], trials["latency_ms@local-cpu-2t"]
@@ -66,24 +73,6 @@ def test_multi_device_one_search_a_front_per_device(
             assert better.empty, (row, better.to_dict("records"))
 
 
-def _image_folder(
-    root: Path, classes: tuple[str, ...] = ("cat", "dog"), per_class: int = 4
-) -> Path:
-    """A tiny ImageFolder tree of random PNGs (train and val splits)."""
-    import torch
-    from PIL import Image
-
-    gen = torch.Generator().manual_seed(0)
-    for split in ("train", "val"):
-        for c in classes:
-            d = root / split / c
-            d.mkdir(parents=True)
-            for i in range(per_class):
-                pixels = (torch.rand(20, 24, 3, generator=gen) * 255).byte().numpy()
-                Image.fromarray(pixels).save(d / f"{i}.png")
-    return root
-
-
 @pytest.mark.slow
 def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
@@ -92,7 +81,7 @@ def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
-    root = _image_folder(tmp_path / "images")
+    root = image_folder(tmp_path / "images", per_class=4)
     args = ["search", "mobilenetv2-flops40", "--trials", "4", "--no-progress"]
     for setting in (
         f"task.options.root={root}",
@@ -130,7 +119,7 @@ def test_resnet50_edge_with_data_and_weights_fine_tunes_under_its_constraints(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
-    root = _image_folder(tmp_path / "images")
+    root = image_folder(tmp_path / "images", per_class=4)
     torch.manual_seed(0)
     weights = tmp_path / "r50.pt"
     torch.save(torchvision.models.resnet50(num_classes=2).state_dict(), weights)
@@ -178,17 +167,12 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
 ) -> None:
     from frontier.search._evaluation import Evaluation
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
-    config = load_config("unsupported-op").override(
-        {
-            "search.trials": 8,
-            "search.population": 4,
-            "search.fidelity.rungs": ["proxy", "short"],
-            "local_table": {"calibration": 10, "time_cap_s": 0.05},
-        }
+    result, config = _tiny_search(
+        "unsupported-op",
+        tmp_path,
+        monkeypatch,
+        local_table={"calibration": 10, "time_cap_s": 0.05},
     )
-    result = run(config, progress=False)
     evaluation = Evaluation(config)  # the stored local-cpu table, edge-npu derived from it
     npu, cpu = evaluation.context.latency["edge-npu"], evaluation.context.latency["local-cpu"]
     swaps = set()
@@ -218,17 +202,12 @@ def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
 ) -> None:
     from frontier.search._evaluation import Evaluation
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
-    config = load_config("sparse-vs-structured").override(
-        {
-            "search.trials": 8,
-            "search.population": 4,
-            "search.fidelity.rungs": ["proxy", "short"],
-            "local_table": {"calibration": 0, "time_cap_s": 0.02},
-        }
+    result, config = _tiny_search(
+        "sparse-vs-structured",
+        tmp_path,
+        monkeypatch,
+        local_table={"calibration": 0, "time_cap_s": 0.02},
     )
-    result = run(config, progress=False)
     evaluation = Evaluation(config)
     table = evaluation.tables["local-cpu"]
     assert any(r.op_type == "conv-sparse" for r in table.ops())

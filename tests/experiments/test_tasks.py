@@ -15,6 +15,7 @@ from frontier.experiments import (
     evaluate,
     load_weights,
 )
+from tests.experiments.images import image_folder
 
 
 @pytest.mark.parametrize("family", ["mlp", "cnn"], ids=str)
@@ -69,23 +70,10 @@ def test_python_path_task(tmp_path, monkeypatch) -> None:
     sys.modules.pop("my_tasks", None)
 
 
-def _image_folder(root, classes=("cat", "dog"), per_class=3) -> None:
-    from PIL import Image
-
-    rng = torch.Generator().manual_seed(0)
-    for split in ("train", "val"):
-        for c in classes:
-            d = root / split / c
-            d.mkdir(parents=True)
-            for i in range(per_class):
-                pixels = (torch.rand(20, 24, 3, generator=rng) * 255).byte().numpy()
-                Image.fromarray(pixels).save(d / f"{i}.png")
-
-
 def test_image_folder_task_with_weights(tmp_path) -> None:
     import torchvision
 
-    _image_folder(tmp_path / "data")
+    image_folder(tmp_path / "data")
     ref = torchvision.models.get_model("resnet18", weights=None, num_classes=2)
     torch.save({"state_dict": ref.state_dict()}, tmp_path / "w.pt")
     task = ImageFolderTask(
@@ -104,7 +92,7 @@ def test_image_folder_task_with_weights(tmp_path) -> None:
 def test_image_folder_errors(tmp_path) -> None:
     with pytest.raises(TaskError, match="train is not a directory"):
         ImageFolderTask(root=str(tmp_path), model="resnet18")
-    _image_folder(tmp_path / "d")
+    image_folder(tmp_path / "d")
     task = ImageFolderTask(root=str(tmp_path / "d"), model="resnet18", weights="missing.pt")
     with pytest.raises(TaskError, match="missing.pt does not exist"):
         task.baseline()
