@@ -1,0 +1,130 @@
+"""How well this machine's latency measurements repeat: the ceiling of any predictor.
+
+Seeded whole compressed digits-CNN models are measured twice (in two shuffled passes)
+by each of three methods, and the second pass is compared with the first: share within
++/-10%, Kendall tau and MAPE. Methods: one ONNX Runtime session timed for up to 0.5 s
+(what the device runner does), the minimum over 5 sessions of 0.1 s each, and the
+median of each model interleaved run by run with a reference model, as a ratio (drift
+that slows both cancels).
+
+No prediction can agree with a measurement better than the measurement agrees with
+itself; run this beside bench_latency.py to read its figures.
+Run: python benchmarks/bench_repeatability.py [--models 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+import warnings
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from scipy.stats import kendalltau
+
+from frontier.experiments import DigitsTask
+from frontier.latency_models import write_bundle
+from frontier.latency_models._validate import quiet_root_logger
+from frontier.latency_models.runner import time_session
+from frontier.spaces import SpaceOptions, discover
+
+
+def _session(blob: bytes) -> Callable[[], object]:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in sess.get_inputs()
+    }
+    return lambda: sess.run(None, feeds)
+
+
+def one_session(blob: bytes, cap_s: float = 0.5) -> float:
+    return time_session(_session(blob), time_cap_s=cap_s)["median_ms"]
+
+
+def min_of_sessions(blob: bytes) -> float:
+    return min(one_session(blob, 0.1) for _ in range(5))
+
+
+def interleaved(blob: bytes, reference: Callable[[], object], runs: int = 300) -> float:
+    run = _session(blob)
+    for _ in range(20):
+        run()
+        reference()
+    mine, ref = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        run()
+        mine.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        reference()
+        ref.append(time.perf_counter() - t0)
+    return statistics.median(mine) / statistics.median(ref)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", type=int, default=24)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    task = DigitsTask(model="cnn")
+    model, x = task.baseline(), task.example_inputs()
+    options = SpaceOptions(
+        prune_ratios=(0.0, 0.25, 0.5, 0.75), weight_bits=(8, 32), act_bits=(8, 32), round_to=4
+    )
+    space = discover(model, x, options)
+    with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
+        bundle = Path(tmp) / "models.zip"
+        manifest = write_bundle(
+            bundle,
+            model=model,
+            example_inputs=x,
+            space=space,
+            calibration=0,
+            validation=args.models,
+            calibration_data=task.calibration_batches(),
+            progress=lambda *_: None,
+        )
+        with zipfile.ZipFile(bundle) as zf:
+            blobs = {
+                e["id"]: zf.read(e["file"]) for e in manifest["models"] if e["kind"] == "validation"
+            }
+    reference = _session(blobs[min(blobs)])
+    methods: dict[str, Callable[[bytes], float]] = {
+        "one session, median (runner)": one_session,
+        "minimum over 5 sessions": min_of_sessions,
+        "interleaved with a reference": lambda b: interleaved(b, reference),
+    }
+    passes: dict[str, list[dict[str, float]]] = {name: [{}, {}] for name in methods}
+    for rep in range(2):
+        keys = list(blobs)
+        random.Random(rep).shuffle(keys)
+        for key in keys:
+            for name, measure in methods.items():
+                passes[name][rep][key] = measure(blobs[key])
+    print(f"{len(blobs)} digits-CNN models, each measured in two shuffled passes:")
+    for name in methods:
+        first = np.array([passes[name][0][k] for k in blobs])
+        second = np.array([passes[name][1][k] for k in blobs])
+        err = second / first - 1
+        print(
+            f"  {name:<30} within +/-10%: {np.mean(np.abs(err) <= 0.1):5.0%}  "
+            f"Kendall tau {kendalltau(first, second)[0]:.3f}  MAPE {np.mean(np.abs(err)):.1%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
