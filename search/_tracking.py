@@ -226,6 +226,15 @@ def front_frame(uri: str, parent: Any, *, members_only: bool = True) -> pd.DataF
     return frame
 
 
+def trial_params(uri: str, parent: Any) -> dict[str, dict[str, str]]:
+    """Each trial run's sampled parameters (``prune.features.0``, ``activation``, ...),
+    by run id, from one query."""
+    client = _client(uri)
+    flt = f"tags.{PARENT_TAG} = '{parent.info.run_id}'"
+    runs = client.search_runs([parent.info.experiment_id], filter_string=flt, max_results=50000)
+    return {r.info.run_id: dict(r.data.params) for r in runs}
+
+
 def download(uri: str, run_id: str, out_dir: Path) -> dict[str, Path]:
     """Download a front member's ONNX model and plan JSON (nothing else is read)."""
     import os

@@ -350,10 +350,12 @@ def _order(frame: Any, key: str, objectives: list[Any]) -> Any:
 def cmd_pareto(args: argparse.Namespace) -> int:
     from ._tracking import metrics_of
 
-    _, parent, frame = _front(args)
+    uri, parent, frame = _front(args)
     metrics = metrics_of(parent)
     if not frame.empty:
         frame = _order(frame, args.sort or metrics[0].name, metrics)
+    if args.params and not frame.empty:
+        frame = _with_params(frame, uri, parent, args.params)
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
     elif args.format == "json":
@@ -367,6 +369,27 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         shown = frame.drop(columns=hidden, errors="ignore")
         print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
     return 0
+
+
+def _with_params(frame: Any, uri: str, parent: Any, patterns: str) -> Any:
+    """``frame`` with the trials' sampled parameters whose names match one of the
+    comma-separated glob ``patterns`` (``activation``, ``sparse.*``) as columns."""
+    import fnmatch
+
+    from ._tracking import trial_params
+
+    params = trial_params(uri, parent)
+    wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+    names = sorted(
+        {k for ps in params.values() for k in ps if any(fnmatch.fnmatch(k, w) for w in wanted)}
+    )
+    if not names:
+        known = sorted({k for ps in params.values() for k in ps})
+        raise UsageError(f"--params: nothing matches {patterns!r}; parameters: {known}")
+    frame = frame.copy()
+    for name in names:
+        frame[name] = [params.get(run_id, {}).get(name, "") for run_id in frame["run_id"]]
+    return frame
 
 
 def cmd_pick(args: argparse.Namespace) -> int:
@@ -538,6 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--objectives",
         help="recompute the front on these recorded metrics only, e.g. "
         "'accuracy,latency_ms@local-cpu' (one device's front)",
+    )
+    p.add_argument(
+        "--params",
+        metavar="GLOBS",
+        help="also show these sampled parameters, e.g. 'activation' or 'prune.*,sparse.*'",
     )
     p.add_argument("--tracking-uri", help=tracking_help)
     p.set_defaults(func=cmd_pareto)

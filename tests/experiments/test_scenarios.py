@@ -163,7 +163,7 @@ def _elements(key: str, field: str) -> int:
 
 @pytest.mark.slow
 def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     from frontier.search._evaluation import Evaluation
 
@@ -194,6 +194,14 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
         else:
             assert not offloaded and on_npu.latency_ms == pytest.approx(on_cpu.latency_ms)
     assert "keep" in swaps and swaps & {"relu", "hardswish"}
+    # the front shows which activation each member uses
+    assert main(["pareto", "--all", "--params", "activation", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    chosen = {
+        t.number: (t.user_attrs["plan"]["activation"] or {}).get("to", "keep")
+        for t in result.study.trials
+    }
+    assert {r["trial"]: r["activation"] for r in rows} == chosen
 
 
 @pytest.mark.slow
