@@ -25,34 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from scipy.stats import kendalltau
 
 from frontier.experiments import DigitsTask
 from frontier.latency_models import write_bundle
-from frontier.latency_models._validate import quiet_root_logger
-from frontier.latency_models.runner import time_session
+from frontier.latency_models._validate import local_run, measure_local, quiet_root_logger
 from frontier.spaces import SpaceOptions, discover
 
 
-def _session(blob: bytes) -> Callable[[], object]:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feeds = {
-        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
-            np.float32
-        )
-        for i in sess.get_inputs()
-    }
-    return lambda: sess.run(None, feeds)
-
-
 def one_session(blob: bytes, cap_s: float = 0.5) -> float:
-    return time_session(_session(blob), time_cap_s=cap_s)["median_ms"]
+    return measure_local(blob, time_cap_s=cap_s)
 
 
 def min_of_sessions(blob: bytes) -> float:
@@ -60,7 +42,7 @@ def min_of_sessions(blob: bytes) -> float:
 
 
 def interleaved(blob: bytes, reference: Callable[[], object], runs: int = 300) -> float:
-    run = _session(blob)
+    run = local_run(blob)
     for _ in range(20):
         run()
         reference()
@@ -102,7 +84,7 @@ def main() -> None:
             blobs = {
                 e["id"]: zf.read(e["file"]) for e in manifest["models"] if e["kind"] == "validation"
             }
-    reference = _session(blobs[min(blobs)])
+    reference = local_run(blobs[min(blobs)])
     methods: dict[str, Callable[[bytes], float]] = {
         "one session, median (runner)": one_session,
         "minimum over 5 sessions": min_of_sessions,
