@@ -115,6 +115,20 @@ def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
         return dst.read_bytes()
 
 
+def reference_op(ops: list[OpSpec]) -> OpSpec | None:
+    """The op the runner times every model beside: the FP32 convolution or matmul of
+    median MACs, a kernel like the ones the models are made of (None if there is none)."""
+    weighted = sorted(
+        (
+            o
+            for o in ops
+            if o.precision == "fp32" and o.sparsity == 0 and o.op_type in ("Conv", "Gemm", "MatMul")
+        ),
+        key=lambda o: (o.macs, o.key),
+    )
+    return weighted[len(weighted) // 2] if weighted else None
+
+
 def op_model_bytes(spec: OpSpec) -> bytes:
     """The serialized ONNX model that measures ``spec`` (INT8 through ONNX Runtime)."""
     data: bytes = build_onnx(spec).SerializeToString()
@@ -173,6 +187,7 @@ def write_bundle(
                     "precision": "fp32",
                 }
             )
+        reference = reference_op(found.ops)
         for i, spec in enumerate(found.ops):
             file = f"models/op-{i:05d}.onnx"
             zf.writestr(file, op_model_bytes(spec))
@@ -187,10 +202,32 @@ def write_bundle(
                     "spec": spec.to_dict(),
                 }
             )
+            if spec is reference:
+                entries.append(
+                    {
+                        "id": "reference-op",
+                        "kind": "reference",
+                        "file": file,
+                        "key": f"reference-{spec.key}",
+                    }
+                )
             progress("ops", i + 1, len(found.ops), start)
         digest = hashlib.sha256(
             json.dumps([name, *(spec.key for spec in found.ops)]).encode()
         ).hexdigest()[:16]
+        # whole models are timed beside the uncompressed model (see runner.REFERENCE_OF)
+        zf.writestr(
+            "models/reference-model.onnx",
+            whole_model_bytes(model, CompressionPlan(), example_inputs, calibration_data),
+        )
+        entries.append(
+            {
+                "id": "reference-model",
+                "kind": "reference",
+                "file": "models/reference-model.onnx",
+                "key": f"teacher-{digest}",
+            }
+        )
         for kind, seed0, count in (
             ("calibration", CALIBRATION_SEED0, calibration),
             ("validation", VALIDATION_SEED0, validation),
@@ -222,6 +259,10 @@ def write_bundle(
             "name": name,
             "batch_size": 1,
             "op_count": len(found.ops),
+            "references": {
+                "model": "reference-model",
+                **({"op": "reference-op"} if reference is not None else {}),
+            },
             "models": entries,
         }
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))

@@ -53,6 +53,8 @@ class Row:
     p90_ms: float
     runs: int
     energy_mj: float | None = None
+    #: the median as measured, before normalising to the table's reference level
+    raw_median_ms: float = math.nan
 
 
 @dataclass
@@ -76,6 +78,16 @@ class DeviceTable:
 
     def get(self, key: str) -> Row | None:
         return self._by_key.get(key)
+
+    def reference(self, role: str = "model") -> tuple[bytes, float] | None:
+        """The model the runner timed rows of ``role`` beside (``"model"``: whole models,
+        ``"op"``: ops) and its level in ms, when the rows are normalised to it
+        (``normalise`` in the runner); else None."""
+        ref = self.meta.get("references", {}).get(role)
+        file = Path(f"{self.path}.reference-{role}.onnx") if self.path is not None else None
+        if not ref or file is None or not file.exists():
+            return None
+        return file.read_bytes(), float(ref["level_ms"])
 
     @functools.cached_property
     def overhead_ms(self) -> float:
@@ -214,6 +226,7 @@ def read_table(path: str | Path, *, name: str | None = None) -> DeviceTable:
                     p90_ms=_float(raw.get("p90_ms", "")),
                     runs=int(float(raw.get("runs") or 0)),
                     energy_mj=energy,
+                    raw_median_ms=_float(raw.get("raw_median_ms", "")),
                 )
             )
     if problems:
@@ -301,6 +314,9 @@ class DeviceStore:
         (target / "table.csv.meta.json").write_text(
             json.dumps(merged_meta, indent=2, sort_keys=True)
         )
+        for reference in Path(path).parent.glob(f"{Path(path).name}.reference-*.onnx"):
+            role = reference.name[len(Path(path).name) :]
+            shutil.copyfile(reference, target / f"table.csv{role}")
         if manifest is not None:
             whole = [
                 {
@@ -347,5 +363,8 @@ def write_rows(path: Path, rows: list[Row]) -> None:
                     "runs": r.runs,
                     "error": "",
                     "energy_mj": "" if r.energy_mj is None else f"{r.energy_mj:.6g}",
+                    "raw_median_ms": ""
+                    if math.isnan(r.raw_median_ms)
+                    else f"{r.raw_median_ms:.6g}",
                 }
             )

@@ -24,7 +24,7 @@ from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, 
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceStore, DeviceTable, write_rows
-from .runner import measure_bundle, time_session
+from .runner import measure_bundle, normalise, time_session
 
 LOCAL_CPU = "local-cpu"
 _LOCAL = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
@@ -226,10 +226,24 @@ def local_run(model_bytes: bytes, *, threads: int = 1) -> Callable[[], Any]:
     return lambda: sess.run(None, feeds)
 
 
-def measure_local(model_bytes: bytes, *, threads: int = 1, time_cap_s: float = 1.0) -> float:
-    """Median latency in ms of an ONNX model on this machine's CPU, batch 1."""
+def measure_local(
+    model_bytes: bytes,
+    *,
+    threads: int = 1,
+    time_cap_s: float = 1.0,
+    reference: tuple[bytes, float] | None = None,
+) -> float:
+    """Median latency in ms of an ONNX model on this machine's CPU, batch 1.
+
+    With ``reference`` (a table's reference model and level, ``DeviceTable.reference``)
+    the model is timed beside the reference and the median given in the table's units.
+    """
     run = local_run(model_bytes, threads=threads)
-    return time_session(run, time_cap_s=time_cap_s)["median_ms"]
+    if reference is None:
+        return time_session(run, time_cap_s=time_cap_s)["median_ms"]
+    ref_run = local_run(reference[0], threads=threads)
+    stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
+    return normalise(stats, reference[1])["median_ms"]
 
 
 def validate(
@@ -283,7 +297,7 @@ def validate(
         else:
             with quiet_root_logger():
                 data = whole_model_bytes(model, plan, example_inputs, calibration_data)
-            measured = measure_local(data, threads=threads)
+            measured = measure_local(data, threads=threads, reference=table.reference("model"))
         rows.append(
             {
                 "seed": seed,

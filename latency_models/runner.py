@@ -41,7 +41,15 @@ COLUMNS = [
     "p90_ms",
     "runs",
     "error",
+    "raw_median_ms",
 ]
+
+#: Seconds of reference runs that set a table's reference level (``reference_ms``).
+REFERENCE_LEVEL_S = 1.0
+#: Which of a bundle's references each kind of model is timed beside: a machine's slow
+#: spells hit small cache-resident kernels and whole models (memory traffic) differently,
+#: so ops follow an op and whole models follow a whole model.
+REFERENCE_OF = {"overhead": "op", "op": "op", "calibration": "model", "validation": "model"}
 
 
 def cpu_model() -> str:
@@ -65,9 +73,16 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def _timed(run: Any) -> float:
+    t0 = time.perf_counter()
+    run()
+    return (time.perf_counter() - t0) * 1000.0
+
+
 def time_session(
     run: Any,
     *,
+    reference: Any = None,
     min_runs: int = 10,
     max_runs: int = 2000,
     warmup_s: float = 0.02,
@@ -77,16 +92,24 @@ def time_session(
     """Time ``run()`` until the 95% CI of the median is within ``rel_ci`` or the cap.
 
     The CI of the median comes from order statistics (ranks n/2 -/+ 0.98 sqrt(n)).
+    With ``reference`` (another model's run), every timed run is followed by two runs
+    of the reference, the second timed (the first warms its caches again); the result
+    then holds ``reference_ms``, the reference's median over the same seconds. A shared
+    machine that slows down for a while slows both, so their ratio holds still.
     """
     start = time.perf_counter()
     while time.perf_counter() - start < warmup_s:
         run()
+        if reference is not None:
+            reference()
     times: list[float] = []
+    refs: list[float] = []
     t_begin = time.perf_counter()
     while len(times) < max_runs:
-        t0 = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - t0) * 1000.0)
+        times.append(_timed(run))
+        if reference is not None:
+            reference()
+            refs.append(_timed(reference))
         n = len(times)
         if n >= min_runs and (n % 5 == 0 or time.perf_counter() - t_begin > time_cap_s):
             s = sorted(times)
@@ -97,12 +120,36 @@ def time_session(
             if (hi - lo) <= rel_ci * med or time.perf_counter() - t_begin > time_cap_s:
                 break
     s = sorted(times)
-    return {
+    out = {
         "median_ms": statistics.median(s),
         "p10_ms": _quantile(s, 0.1),
         "p90_ms": _quantile(s, 0.9),
         "runs": float(len(s)),
     }
+    if refs:
+        out["reference_ms"] = statistics.median(refs)
+    return out
+
+
+def reference_level(reference: Any, twin: Any, seconds: float = REFERENCE_LEVEL_S) -> float:
+    """The reference's median latency (ms) as ``time_session`` times it: beside a model
+    of its own size, ``twin`` (a second session of the same model), for ``seconds``."""
+    stats = time_session(twin, reference=reference, time_cap_s=seconds, rel_ci=0.0)
+    return stats["reference_ms"]
+
+
+def normalise(stats: dict[str, float], level_ms: float) -> dict[str, float]:
+    """``stats`` in the reference's units: each latency times ``level_ms`` over the
+    reference's median in the same seconds, so the rows of a table share one machine
+    state (the one ``level_ms`` was measured in). The measured median stays as
+    ``raw_median_ms``; without ``reference_ms`` the stats are returned as they are."""
+    out = {k: v for k, v in stats.items() if k != "reference_ms"}
+    out["raw_median_ms"] = stats["median_ms"]
+    if "reference_ms" in stats:
+        scale = level_ms / stats["reference_ms"]
+        for k in ("median_ms", "p10_ms", "p90_ms"):
+            out[k] = stats[k] * scale
+    return out
 
 
 def profiles_path(out: Path) -> Path:
@@ -111,10 +158,20 @@ def profiles_path(out: Path) -> Path:
 
 
 def profile_nodes(
-    model: bytes, feeds: dict[str, Any], threads: int, provider: str, runs: int = 30
+    model: bytes,
+    feeds: dict[str, Any],
+    threads: int,
+    provider: str,
+    runs: int = 30,
+    *,
+    reference: Any = None,
+    level_ms: float = 0.0,
 ) -> dict[str, list[Any]]:
     """Each node's median kernel time (us) inside the whole model, from ONNX Runtime's
-    profiler: ``{node name: [op type, median us]}``, plus ``"model_run"``."""
+    profiler: ``{node name: [op type, median us]}``, plus ``"model_run"``.
+
+    With ``reference`` and its ``level_ms`` the times are normalised as ``normalise``
+    does: the reference runs (twice, the second timed) after every profiled run."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -125,9 +182,15 @@ def profile_nodes(
     with tempfile.TemporaryDirectory() as tmp:
         so.profile_file_prefix = str(Path(tmp) / "profile")
         sess = ort.InferenceSession(model, so, providers=[provider])
+        refs: list[float] = []
         for _ in range(runs):
             sess.run(None, feeds)
+            if reference is not None:
+                reference()
+                refs.append(_timed(reference))
         events = json.loads(Path(sess.end_profiling()).read_text())
+    # the first runs warm caches up; keep the later half
+    scale = level_ms / statistics.median(refs[len(refs) // 2 :]) if refs else 1.0
     times: dict[str, list[float]] = {}
     kinds: dict[str, str] = {}
     for e in events:
@@ -139,8 +202,9 @@ def profile_nodes(
         elif name == "model_run":
             times.setdefault("model_run", []).append(float(e["dur"]))
             kinds["model_run"] = ""
-    # the first runs warm caches up; keep the later half
-    return {k: [kinds[k], statistics.median(v[len(v) // 2 :])] for k, v in times.items() if v}
+    return {
+        k: [kinds[k], scale * statistics.median(v[len(v) // 2 :])] for k, v in times.items() if v
+    }
 
 
 def read_manifest(bundle: Path) -> dict[str, Any]:
@@ -185,6 +249,7 @@ def measure_bundle(
     batch_size: int = 1,
     time_cap_s: float = 0.5,
     kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation"),
+    reference: bool = True,
 ) -> Path:
     """Measure every model of ``bundle`` and append rows to the CSV ``out``.
 
@@ -192,6 +257,15 @@ def measure_bundle(
     for the calibration models, ``out`` + ``.profiles.jsonl`` (each node's kernel time
     inside the whole model, from ONNX Runtime's profiler).
     Models already in ``out`` are skipped, so an interrupted run resumes.
+
+    Where the bundle names references (an op, and a whole model), every model is timed
+    interleaved with the one of its size (``REFERENCE_OF``) and its latencies are
+    normalised to that reference's level, measured once at the start
+    (``references.ROLE.level_ms`` in the metadata; a resumed run keeps it). A shared
+    machine's slow minutes then shift no row against another, nor the validation
+    models against the calibration models. The measured medians stay in
+    ``raw_median_ms``, and each reference is written to ``out`` + ``.reference-ROLE.onnx``
+    so that ``frontier lut validate`` can measure whole models in the table's units.
 
     Args:
         bundle: the ``.zip`` written by ``frontier lut ops``.
@@ -203,6 +277,7 @@ def measure_bundle(
             validation models); op models are built at the bundle's batch size.
         time_cap_s: the most time spent timing one model.
         kinds: which kinds of model to measure.
+        reference: normalise to the bundle's references, where it names them.
     """
     import numpy as np
     import onnxruntime as ort
@@ -230,26 +305,57 @@ def measure_bundle(
         "time_cap_s": time_cap_s,
     }
     meta_path = Path(str(out) + ".meta.json")
-    if meta_path.exists():
+    fresh = not meta_path.exists()
+    if not fresh:
         old = json.loads(meta_path.read_text())
         if old.get("bundle_id") != meta["bundle_id"]:
             raise ValueError(f"{out} holds measurements of another bundle; choose another --out")
         meta = {**old, "date": meta["date"]}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    rng = np.random.default_rng(0)
+
+    def session(data: bytes) -> tuple[Any, dict[str, Any]]:
+        sess = ort.InferenceSession(data, so, providers=[provider])
+        feeds = {
+            inp.name: rng.standard_normal(
+                [d if isinstance(d, int) else batch_size for d in inp.shape]
+            ).astype(np.float32)
+            for inp in sess.get_inputs()
+        }
+        return (lambda: sess.run(None, feeds)), feeds
+
+    by_id = {m["id"]: m for m in manifest["models"]}
+    roles = {r: by_id[i] for r, i in (manifest.get("references") or {}).items() if i in by_id}
+    refs: dict[str, tuple[Any, float]] = {}
+    # A resumed table keeps the units its first rows were measured in.
+    if reference and roles and (fresh or "references" in meta):
+        levels = meta.setdefault("references", {})
+        with zipfile.ZipFile(bundle) as zf:
+            for role, entry in roles.items():
+                data = zf.read(entry["file"])
+                ref_run = session(data)[0]
+                if role not in levels:
+                    level = reference_level(ref_run, session(data)[0])
+                    levels[role] = {"key": entry["key"], "level_ms": level}
+                refs[role] = (ref_run, float(levels[role]["level_ms"]))
+                Path(f"{out}.reference-{role}.onnx").write_bytes(data)
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     done = _done_ids(out)
     todo = [m for m in manifest["models"] if m["kind"] in kinds and m["id"] not in done]
     # A shared or throttling device drifts over minutes; measuring in a seeded random
     # order spreads that drift over ops and whole models alike instead of biasing one.
     random.Random(0).shuffle(todo)
+    header = COLUMNS
+    if out.exists():
+        with out.open(newline="") as f:
+            header = next(csv.reader(f), []) or COLUMNS
     new_file = not out.exists()
-    rng = np.random.default_rng(0)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
     start = time.perf_counter()
     with zipfile.ZipFile(bundle) as zf, out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         if new_file:
             writer.writeheader()
         for i, entry in enumerate(todo):
@@ -261,26 +367,34 @@ def measure_bundle(
                 "precision": entry.get("precision", ""),
             }
             try:
-                sess = ort.InferenceSession(zf.read(entry["file"]), so, providers=[provider])
-                feeds = {
-                    inp.name: rng.standard_normal(
-                        [d if isinstance(d, int) else batch_size for d in inp.shape]
-                    ).astype(np.float32)
-                    for inp in sess.get_inputs()
-                }
-                stats = time_session(
-                    lambda s=sess, fd=feeds: s.run(None, fd), time_cap_s=time_cap_s
+                run, feeds = session(zf.read(entry["file"]))
+                ref_run, level_ms = refs.get(REFERENCE_OF.get(entry["kind"], ""), (None, 0.0))
+                stats = normalise(
+                    time_session(run, reference=ref_run, time_cap_s=time_cap_s), level_ms
                 )
                 row.update({k: f"{v:.6g}" for k, v in stats.items()}, status="ok", error="")
                 row["runs"] = int(stats["runs"])
                 if entry["kind"] == "calibration":
-                    nodes = profile_nodes(zf.read(entry["file"]), feeds, threads, provider)
+                    nodes = profile_nodes(
+                        zf.read(entry["file"]),
+                        feeds,
+                        threads,
+                        provider,
+                        reference=ref_run,
+                        level_ms=level_ms,
+                    )
                     with profiles_path(out).open("a") as pf:
                         pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
             except Exception as err:  # the provider cannot run it: record, don't crash
                 msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                 row.update(
-                    status="unsupported", median_ms="", p10_ms="", p90_ms="", runs=0, error=msg
+                    status="unsupported",
+                    median_ms="",
+                    p10_ms="",
+                    p90_ms="",
+                    raw_median_ms="",
+                    runs=0,
+                    error=msg,
                 )
             writer.writerow(row)
             f.flush()
@@ -297,6 +411,11 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--time-cap", type=float, default=0.5, help="seconds per model")
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="time each model alone, not interleaved with the bundle's reference model",
+    )
 
 
 def measure_from_args(args: argparse.Namespace) -> Path:
@@ -309,6 +428,7 @@ def measure_from_args(args: argparse.Namespace) -> Path:
         threads=args.threads,
         batch_size=args.batch_size,
         time_cap_s=args.time_cap,
+        reference=not args.no_reference,
     )
 
 

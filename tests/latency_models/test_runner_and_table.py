@@ -1,5 +1,6 @@
 import csv
 import json
+import time
 import zipfile
 
 import pytest
@@ -12,18 +13,48 @@ from frontier.latency_models import (
     read_table,
 )
 from frontier.latency_models._table import write_rows
+from frontier.latency_models.runner import normalise, time_session
 
 
 def test_runner_measures_every_model(measured) -> None:
     out, manifest = measured
     rows = list(csv.DictReader(out.open()))
-    assert {r["model_id"] for r in rows} == {m["id"] for m in manifest["models"]}
+    measurable = {m["id"] for m in manifest["models"] if m["kind"] != "reference"}
+    assert {r["model_id"] for r in rows} == measurable
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == len(rows)
     assert all(float(r["p10_ms"]) <= float(r["median_ms"]) <= float(r["p90_ms"]) for r in ok)
+    assert all(float(r["raw_median_ms"]) > 0 for r in ok)
     meta = json.loads((out.parent / "table.csv.meta.json").read_text())
     for field in ("device", "cpu", "cores", "threads", "onnxruntime", "provider", "os", "date"):
         assert meta[field] not in (None, "")
+    # every model was timed beside the bundle's reference of its size, kept beside the table
+    assert set(manifest["references"]) == set(meta["references"]) == {"op", "model"}
+    for role, ref in meta["references"].items():
+        assert ref["level_ms"] > 0
+        assert (out.parent / f"table.csv.reference-{role}.onnx").stat().st_size > 0
+
+
+def _busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.parametrize("slowdown", [1.0, 2.0])
+def test_a_slow_machine_does_not_shift_normalised_rows(slowdown: float) -> None:
+    """A model that takes 1 ms beside a reference of 0.5 ms level reads 1 ms whether the
+    machine runs at full speed or at half: the slowdown hits both."""
+    stats = time_session(
+        lambda: _busy(1.0 * slowdown),
+        reference=lambda: _busy(0.5 * slowdown),
+        min_runs=20,
+        time_cap_s=0.2,
+    )
+    assert stats["median_ms"] == pytest.approx(slowdown, rel=0.2)  # what was measured
+    normalised = normalise(stats, level_ms=0.5)
+    assert normalised["median_ms"] == pytest.approx(1.0, rel=0.1)
+    assert normalised["raw_median_ms"] == stats["median_ms"]
 
 
 def test_resume_skips_what_is_measured(bundle, measured, tmp_path) -> None:
@@ -37,7 +68,11 @@ def test_resume_skips_what_is_measured(bundle, measured, tmp_path) -> None:
     resumed = half.read_text().splitlines()
     assert resumed[: len(lines) // 2] == lines[: len(lines) // 2]  # kept, not remeasured
     ids = [r["model_id"] for r in csv.DictReader(half.open())]
-    assert len(ids) == len(set(ids)) == len(manifest["models"])
+    assert len(ids) == len(set(ids)) == len(manifest["models"]) - 2  # all but the references
+    # the resumed rows are in the first rows' units: the reference level is kept
+    meta = json.loads((tmp_path / "half.csv.meta.json").read_text())
+    first = json.loads((full.parent / "table.csv.meta.json").read_text())
+    assert meta["references"] == first["references"]
 
 
 def test_unsupported_op_is_recorded_not_a_crash(tmp_path) -> None:
@@ -89,6 +124,9 @@ def test_table_round_trip(measured, store: DeviceStore) -> None:
     again = store.load("test-cpu")
     assert again.rows == read_table(out).rows == table.rows
     assert again.active_power_w == 5 and store.names() == ["test-cpu"]
+    reference = again.reference("model")  # the model and level that set the rows' units
+    assert reference is not None
+    assert reference[1] == again.meta["references"]["model"]["level_ms"]
     assert len(again.models) == len(manifest["models"])
     copy = out.parent / "copy.csv"
     write_rows(copy, again.rows)
@@ -146,4 +184,5 @@ def test_runner_is_one_standalone_file(bundle, tmp_path) -> None:
     )
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=300)
     rows = list(csv.DictReader((tmp_path / "pi.csv").open()))
-    assert len(rows) == len(manifest["models"])
+    assert len(rows) == sum(m["kind"] != "reference" for m in manifest["models"])
+    assert all(float(r["raw_median_ms"]) > 0 for r in rows)
