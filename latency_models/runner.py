@@ -50,6 +50,9 @@ REFERENCE_LEVEL_S = 1.0
 #: spells hit small cache-resident kernels and whole models (memory traffic) differently,
 #: so ops follow an op and whole models follow a whole model.
 REFERENCE_OF = {"overhead": "op", "op": "op", "calibration": "model", "validation": "model"}
+#: Whole models get this many times the time cap: predictions are fitted to them
+#: (calibration) and judged against them (validation), so their noise is everyone's.
+WHOLE_MODEL_CAP_FACTOR = 3.0
 
 
 def cpu_model() -> str:
@@ -94,8 +97,10 @@ def time_session(
     The CI of the median comes from order statistics (ranks n/2 -/+ 0.98 sqrt(n)).
     With ``reference`` (another model's run), every timed run is followed by two runs
     of the reference, the second timed (the first warms its caches again); the result
-    then holds ``reference_ms``, the reference's median over the same seconds. A shared
-    machine that slows down for a while slows both, so their ratio holds still.
+    then also holds ``reference_ms``, the reference's median over the same seconds, and
+    ``ratio_median`` / ``ratio_p10`` / ``ratio_p90``, quantiles of each run's time over
+    the reference run after it (the CI then tracks the ratio). A shared machine that
+    slows down for a while slows both, so their ratio holds still.
     """
     start = time.perf_counter()
     while time.perf_counter() - start < warmup_s:
@@ -104,15 +109,18 @@ def time_session(
             reference()
     times: list[float] = []
     refs: list[float] = []
+    ratios: list[float] = []
+    tracked = times if reference is None else ratios
     t_begin = time.perf_counter()
     while len(times) < max_runs:
         times.append(_timed(run))
         if reference is not None:
             reference()
             refs.append(_timed(reference))
+            ratios.append(times[-1] / refs[-1])
         n = len(times)
         if n >= min_runs and (n % 5 == 0 or time.perf_counter() - t_begin > time_cap_s):
-            s = sorted(times)
+            s = sorted(tracked)
             half = 0.98 * n**0.5
             lo = s[max(0, int(n / 2 - half))]
             hi = s[min(n - 1, int(n / 2 + half))]
@@ -127,7 +135,11 @@ def time_session(
         "runs": float(len(s)),
     }
     if refs:
+        r = sorted(ratios)
         out["reference_ms"] = statistics.median(refs)
+        out["ratio_median"] = statistics.median(r)
+        out["ratio_p10"] = _quantile(r, 0.1)
+        out["ratio_p90"] = _quantile(r, 0.9)
     return out
 
 
@@ -139,16 +151,15 @@ def reference_level(reference: Any, twin: Any, seconds: float = REFERENCE_LEVEL_
 
 
 def normalise(stats: dict[str, float], level_ms: float) -> dict[str, float]:
-    """``stats`` in the reference's units: each latency times ``level_ms`` over the
-    reference's median in the same seconds, so the rows of a table share one machine
-    state (the one ``level_ms`` was measured in). The measured median stays as
-    ``raw_median_ms``; without ``reference_ms`` the stats are returned as they are."""
-    out = {k: v for k, v in stats.items() if k != "reference_ms"}
+    """``stats`` in the reference's units: the quantiles of each run's time over the
+    reference run beside it, times ``level_ms``, so the rows of a table share one
+    machine state (the one ``level_ms`` was measured in). The measured median stays as
+    ``raw_median_ms``; without a reference the stats are returned as they are."""
+    out = {k: v for k, v in stats.items() if k != "reference_ms" and not k.startswith("ratio")}
     out["raw_median_ms"] = stats["median_ms"]
-    if "reference_ms" in stats:
-        scale = level_ms / stats["reference_ms"]
-        for k in ("median_ms", "p10_ms", "p90_ms"):
-            out[k] = stats[k] * scale
+    if "ratio_median" in stats:
+        for k in ("median", "p10", "p90"):
+            out[f"{k}_ms"] = stats[f"ratio_{k}"] * level_ms
     return out
 
 
@@ -275,7 +286,8 @@ def measure_bundle(
         threads: intra-op threads.
         batch_size: the batch fed to models with a dynamic batch dimension (the
             validation models); op models are built at the bundle's batch size.
-        time_cap_s: the most time spent timing one model.
+        time_cap_s: the most time spent timing one op (whole models get
+            ``WHOLE_MODEL_CAP_FACTOR`` times as long).
         kinds: which kinds of model to measure.
         reference: normalise to the bundle's references, where it names them.
     """
@@ -369,9 +381,10 @@ def measure_bundle(
             try:
                 run, feeds = session(zf.read(entry["file"]))
                 ref_run, level_ms = refs.get(REFERENCE_OF.get(entry["kind"], ""), (None, 0.0))
-                stats = normalise(
-                    time_session(run, reference=ref_run, time_cap_s=time_cap_s), level_ms
+                cap = time_cap_s * (
+                    WHOLE_MODEL_CAP_FACTOR if REFERENCE_OF.get(entry["kind"]) == "model" else 1.0
                 )
+                stats = normalise(time_session(run, reference=ref_run, time_cap_s=cap), level_ms)
                 row.update({k: f"{v:.6g}" for k, v in stats.items()}, status="ok", error="")
                 row["runs"] = int(stats["runs"])
                 if entry["kind"] == "calibration":
@@ -410,7 +423,12 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", default="CPUExecutionProvider")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--time-cap", type=float, default=0.5, help="seconds per model")
+    parser.add_argument(
+        "--time-cap",
+        type=float,
+        default=0.5,
+        help=f"seconds per op; whole models get {WHOLE_MODEL_CAP_FACTOR:g}x as long",
+    )
     parser.add_argument(
         "--no-reference",
         action="store_true",
