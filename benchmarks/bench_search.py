@@ -48,7 +48,7 @@ def _frontier(*args: str, cwd: Path, env: dict[str, str]) -> str:
 def default_run() -> dict[str, Any]:
     """Run 1 and check 4."""
     from frontier.experiments import build_task
-    from frontier.latency_models import measure_local
+    from frontier.latency_models import DeviceStore, measure_local
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,6 +65,7 @@ def default_run() -> dict[str, Any]:
             _frontier("pick", "--best", "accuracy", "--export", "picked", cwd=work, env=env)
         )
         onnx_path = work / "picked" / "model.onnx"
+        reference = DeviceStore(work / "data").load("local-cpu").reference("model")
         os.environ["FRONTIER_CACHE_DIR"] = env["FRONTIER_CACHE_DIR"]
         task = build_task("digits", model="mlp")
         split = "val" if report["rung"] == "short" else "test"
@@ -84,9 +85,13 @@ def default_run() -> dict[str, Any]:
             "logged_accuracy": report["metrics"]["accuracy"],
             "onnx_accuracy": float(np.mean(np.array(preds) == y.numpy())),
             "logged_latency_ms": report["metrics"]["latency_ms@local-cpu"],
-            # five measurements, their median: a microsecond model on a shared machine
-            # is bimodal (5.7 us or 8.7 us for one file, seen here)
+            # five measurements, their median, beside the table's whole-model reference
+            # (in the table's units, as its rows were measured); and without it
             "measured_latency_ms": statistics.median(
+                measure_local(onnx_path.read_bytes(), threads=1, reference=reference)
+                for _ in range(5)
+            ),
+            "measured_raw_latency_ms": statistics.median(
                 measure_local(onnx_path.read_bytes(), threads=1) for _ in range(5)
             ),
         }
@@ -206,7 +211,9 @@ def main() -> None:
             f"accuracy logged {p['logged_accuracy']:.4f} vs ONNX {p['onnx_accuracy']:.4f} "
             f"({acc_gap:.2f} points, target <= 0.5); latency logged "
             f"{p['logged_latency_ms'] * 1000:.2f} us vs measured "
-            f"{p['measured_latency_ms'] * 1000:.2f} us ({lat_err:.1f}%, target <= 10%)"
+            f"{p['measured_latency_ms'] * 1000:.2f} us in the table's units "
+            f"({lat_err:.1f}%, target <= 10%; timed alone: "
+            f"{p['measured_raw_latency_ms'] * 1000:.2f} us)"
         )
     figures.update(overhead(args.overhead_trials))
     print(

@@ -513,14 +513,18 @@ def write_report(
         (
             "within +/-10%",
             "Latency predictions: compare each case with its ceiling row, the same "
-            "whole models measured a second time. This 2-core machine is shared and its "
-            "per-session latency is bimodal for small models, so a prediction cannot "
-            "agree with a measurement better than two measurements agree with each other.",
+            "whole models measured a second time. This 2-core machine is shared; the "
+            "runner times every model beside a reference and scales to the reference's "
+            "level, which removes most of the drift, but a prediction still cannot "
+            "agree with a measurement better than two measurements agree with each other. "
+            "Where the ceiling is well above the prediction, the rest is the predictor's "
+            "(a sum of isolated ops, calibrated on whole models, misses part of how ops "
+            "interact in a graph).",
         ),
         (
             "measured latency vs logged",
-            "The picked model's latency: the same bimodal per-session latency; the table "
-            "and the re-measurement can land in different modes.",
+            "The picked model's latency: re-measured beside the table's reference, in "
+            "the table's units; the machine's drift is not removed entirely.",
         ),
         (
             "hypervolume",
