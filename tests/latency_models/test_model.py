@@ -136,3 +136,27 @@ def test_sparsity_only_pays_with_a_sparse_kernel_row(table, mlp_setup, ops) -> N
     measured = lm.predict(model, sparse_plan)
     assert measured.coverage["sparse_as_dense"] == 0
     assert measured.latency_ms == pytest.approx(dense.latency_ms - 0.9)
+
+
+def test_local_validation_measures_in_the_tables_units(table, mlp_setup) -> None:
+    """``--measure local`` times each model beside the table's whole-model reference and
+    reports it in the table's units: a table whose reference level reads 10x makes every
+    local measurement read 10x, whatever this machine's speed."""
+    import copy
+
+    _, model, x, space = mlp_setup
+    stored = {e["seed"]: table.get(k) for k, e in table.models.items() if e["kind"] == "validation"}
+    tenfold = copy.deepcopy(table)
+    tenfold.meta["references"]["model"]["level_ms"] *= 10
+    for tab, factor in ((table, 1), (tenfold, 10)):
+        report = validate(
+            LatencyModel(tab),
+            model=model,
+            example_inputs=x,
+            space=space,
+            samples=3,
+            measure="local",
+        )
+        for row in report.rows:
+            expected = factor * stored[row["seed"]].median_ms
+            assert row["measured_ms"] == pytest.approx(expected, rel=0.5)
