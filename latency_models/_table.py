@@ -140,6 +140,10 @@ class DeviceTable:
             "ops_by_type": dict(sorted(by_type.items())),
             "unsupported_types": sorted(self.unsupported_types),
             "overhead_ms": self.overhead_ms,
+            # what the rows are normalised to (the runner's drift correction), if anything
+            "reference_level_ms": {
+                role: ref.get("level_ms") for role, ref in self.meta.get("references", {}).items()
+            },
             "calibration_models": len(self.whole_models("calibration")),
             "validation_models": len(self.whole_models("validation")),
             "energy_column": any(r.energy_mj is not None for r in self.rows),
