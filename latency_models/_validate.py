@@ -92,6 +92,10 @@ def ensure_local_table(
     and merged into the stored table; later calls find every op and measure nothing.
     When the space searches unstructured sparsity, its sparse FP32 convolutions and
     linear layers also get sparse-kernel rows (PyTorch CSR matmul, ``_sparse``).
+
+    Each measuring run is normalised to its own bundle's references (the runner's drift
+    correction); the stored table keeps the latest run's references, so rows merged
+    from different runs share units only as far as the machine's state did.
     """
     threads = local_threads(name)
     if threads is None:
