@@ -28,10 +28,9 @@ from scipy.stats import kendalltau
 
 from frontier.experiments import DigitsTask
 from frontier.latency_models import write_bundle
-from frontier.latency_models._bundle import whole_model_bytes
 from frontier.latency_models._validate import local_run, measure_local, quiet_root_logger
 from frontier.latency_models.runner import WHOLE_MODEL_CAP_FACTOR, reference_level
-from frontier.spaces import CompressionPlan, SpaceOptions, discover
+from frontier.spaces import SpaceOptions, discover
 
 
 def one_session(blob: bytes, cap_s: float = 0.5 * WHOLE_MODEL_CAP_FACTOR) -> float:
@@ -73,7 +72,10 @@ def main() -> None:
             blobs = {
                 e["id"]: zf.read(e["file"]) for e in manifest["models"] if e["kind"] == "validation"
             }
-    teacher = whole_model_bytes(model, CompressionPlan(), x, task.calibration_batches())
+            # the uncompressed model, the bundle's reference for whole models
+            teacher = zf.read(
+                next(e["file"] for e in manifest["models"] if e["id"] == "reference-model")
+            )
     reference = (teacher, reference_level(local_run(teacher), local_run(teacher)))
     methods: dict[str, Callable[[bytes], float]] = {
         "one session, alone": one_session,
