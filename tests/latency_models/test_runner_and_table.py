@@ -186,3 +186,22 @@ def test_runner_is_one_standalone_file(bundle, tmp_path) -> None:
     rows = list(csv.DictReader((tmp_path / "pi.csv").open()))
     assert len(rows) == sum(m["kind"] != "reference" for m in manifest["models"])
     assert all(float(r["raw_median_ms"]) > 0 for r in rows)
+
+
+def test_no_reference_times_each_model_alone(bundle, tmp_path) -> None:
+    """``--no-reference``: no reference levels, and every row's median is as measured."""
+    from frontier.latency_models.runner import main
+
+    path, _ = bundle
+    out = tmp_path / "alone.csv"
+    assert (
+        main(
+            [str(path), "--device", "d", "--out", str(out), "--time-cap", "0.01", "--no-reference"]
+        )
+        == 0
+    )
+    meta = json.loads((tmp_path / "alone.csv.meta.json").read_text())
+    assert "references" not in meta
+    assert not list(tmp_path.glob("alone.csv.reference-*.onnx"))
+    rows = list(csv.DictReader(out.open()))
+    assert rows and all(r["median_ms"] == r["raw_median_ms"] for r in rows)
