@@ -24,7 +24,7 @@ from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, 
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceStore, DeviceTable, write_rows
-from .runner import measure_bundle, normalise, time_session
+from .runner import measure_bundle, normalise, open_session, session_options, time_session
 
 LOCAL_CPU = "local-cpu"
 _LOCAL = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
@@ -213,21 +213,7 @@ class ValidationReport:
 def local_run(model_bytes: bytes, *, threads: int = 1) -> Callable[[], Any]:
     """A call that runs an ONNX model once on this machine's CPU, batch 1, on fixed
     random inputs (a fresh ONNX Runtime session)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feeds = {
-        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
-            np.float32
-        )
-        for i in sess.get_inputs()
-    }
-    return lambda: sess.run(None, feeds)
+    return open_session(model_bytes, session_options(threads))[0]
 
 
 def measure_local(

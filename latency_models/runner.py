@@ -163,6 +163,41 @@ def normalise(stats: dict[str, float], level_ms: float) -> dict[str, float]:
     return out
 
 
+def session_options(threads: int) -> Any:
+    """ONNX Runtime session options for timing: ``threads`` intra-op threads, quiet."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return so
+
+
+def open_session(
+    data: bytes,
+    options: Any,
+    *,
+    provider: str = "CPUExecutionProvider",
+    batch_size: int = 1,
+    rng: Any = None,
+) -> tuple[Any, dict[str, Any]]:
+    """A call that runs the ONNX model ``data`` once on seeded random inputs (dynamic
+    dimensions at ``batch_size``), and those inputs."""
+    import numpy as np
+    import onnxruntime as ort
+
+    rng = rng if rng is not None else np.random.default_rng(0)
+    sess = ort.InferenceSession(data, options, providers=[provider])
+    feeds = {
+        inp.name: rng.standard_normal(
+            [d if isinstance(d, int) else batch_size for d in inp.shape]
+        ).astype(np.float32)
+        for inp in sess.get_inputs()
+    }
+    return (lambda: sess.run(None, feeds)), feeds
+
+
 def profiles_path(out: Path) -> Path:
     """Where the per-node kernel times of a table's calibration models go."""
     return Path(str(out) + ".profiles.jsonl")
@@ -185,10 +220,7 @@ def profile_nodes(
     does: the reference runs (twice, the second timed) after every profiled run."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so = session_options(threads)
     so.enable_profiling = True
     with tempfile.TemporaryDirectory() as tmp:
         so.profile_file_prefix = str(Path(tmp) / "profile")
@@ -323,21 +355,11 @@ def measure_bundle(
         if old.get("bundle_id") != meta["bundle_id"]:
             raise ValueError(f"{out} holds measurements of another bundle; choose another --out")
         meta = {**old, "date": meta["date"]}
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so = session_options(threads)
     rng = np.random.default_rng(0)
 
     def session(data: bytes) -> tuple[Any, dict[str, Any]]:
-        sess = ort.InferenceSession(data, so, providers=[provider])
-        feeds = {
-            inp.name: rng.standard_normal(
-                [d if isinstance(d, int) else batch_size for d in inp.shape]
-            ).astype(np.float32)
-            for inp in sess.get_inputs()
-        }
-        return (lambda: sess.run(None, feeds)), feeds
+        return open_session(data, so, provider=provider, batch_size=batch_size, rng=rng)
 
     by_id = {m["id"]: m for m in manifest["models"]}
     roles = {r: by_id[i] for r, i in (manifest.get("references") or {}).items() if i in by_id}
