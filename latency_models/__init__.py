@@ -17,6 +17,7 @@ from ._validate import (
     ensure_local_table,
     local_threads,
     measure_local,
+    measure_models,
     validate,
 )
 from .runner import BUNDLE_VERSION, measure_bundle, read_manifest
@@ -43,6 +44,7 @@ __all__ = [
     "local_threads",
     "measure_bundle",
     "measure_local",
+    "measure_models",
     "plan_ops",
     "read_manifest",
     "read_table",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import random
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,15 @@ from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, 
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceStore, DeviceTable, write_rows
-from .runner import measure_bundle, normalise, open_session, session_options, time_session
+from .runner import (
+    WHOLE_MODEL_SESSIONS,
+    combine_sessions,
+    measure_bundle,
+    normalise,
+    open_session,
+    session_options,
+    time_session,
+)
 
 LOCAL_CPU = "local-cpu"
 _LOCAL = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
@@ -222,18 +231,60 @@ def measure_local(
     threads: int = 1,
     time_cap_s: float = 1.0,
     reference: tuple[bytes, float] | None = None,
+    sessions: int = 1,
 ) -> float:
     """Median latency in ms of an ONNX model on this machine's CPU, batch 1.
 
     With ``reference`` (a table's reference model and level, ``DeviceTable.reference``)
     the model is timed beside the reference and the median given in the table's units.
+    With ``sessions`` > 1, the median over that many fresh sessions.
     """
-    run = local_run(model_bytes, threads=threads)
-    if reference is None:
-        return time_session(run, time_cap_s=time_cap_s)["median_ms"]
-    ref_run = local_run(reference[0], threads=threads)
-    stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
-    return normalise(stats, reference[1])["median_ms"]
+    return measure_models(
+        [model_bytes],
+        threads=threads,
+        time_cap_s=time_cap_s,
+        reference=reference,
+        sessions=sessions,
+    )[0]
+
+
+def measure_models(
+    models: Sequence[bytes | Path],
+    *,
+    threads: int = 1,
+    time_cap_s: float = 0.5,
+    reference: tuple[bytes, float] | None = None,
+    sessions: int = WHOLE_MODEL_SESSIONS,
+    seed: int = 0,
+    label: str = "",
+) -> list[float]:
+    """Median latencies in ms of whole ONNX models (bytes or files) on this machine's
+    CPU, batch 1, measured as the device runner measures whole models: ``sessions``
+    fresh sessions of each, each timed for up to ``time_cap_s`` (beside ``reference``,
+    in its units, when given), visited in a seeded random order so that a slow spell
+    of the machine is spread over the models; a model's figure is the median over its
+    sessions. ``label`` names the models in progress output (none when empty)."""
+    if sessions < 1:
+        raise ValueError(f"sessions must be at least 1, got {sessions}")
+    visits = [i for i in range(len(models)) for _ in range(sessions)]
+    random.Random(seed).shuffle(visits)
+    ref_run = local_run(reference[0], threads=threads) if reference is not None else None
+    timed: dict[int, list[dict[str, float]]] = {}
+    start = time.perf_counter()
+    for n, i in enumerate(visits):
+        m = models[i]
+        run = local_run(m.read_bytes() if isinstance(m, Path) else m, threads=threads)
+        stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
+        timed.setdefault(i, []).append(
+            normalise(stats, reference[1]) if reference is not None else stats
+        )
+        if label and ((n + 1) % 50 == 0 or n + 1 == len(visits)):
+            print(
+                f"measured {label}: {n + 1}/{len(visits)} sessions "
+                f"({time.perf_counter() - start:.0f} s)",
+                file=sys.stderr,
+            )
+    return [combine_sessions(timed[i])["median_ms"] for i in range(len(models))]
 
 
 def validate(
@@ -263,9 +314,9 @@ def validate(
     latency.bind(model, example_inputs, space)
     table = latency.table
     stored = {
-        e["seed"]: table.get(k)
+        e["seed"]: row
         for k, e in table.models.items()
-        if e.get("kind") == "validation" and table.get(k) is not None
+        if e.get("kind") == "validation" and (row := table.get(k)) is not None
     }
     use_table = measure == "table" or (measure == "auto" and len(stored) >= samples)
     if use_table and len(stored) < samples:
@@ -274,35 +325,44 @@ def validate(
             f"asked for {samples} (write the bundle with --validation {samples})"
         )
     threads = int(table.meta.get("threads", 1) or 1)
-    rows = []
-    start = time.perf_counter()
-    for i in range(samples):
-        seed = VALIDATION_SEED0 + i
-        plan = space.sample(seed)
-        predicted = latency.predict(model, plan)
-        if use_table:
-            row = stored[seed]
-            assert row is not None
-            measured = row.median_ms
-        else:
-            with quiet_root_logger():
-                data = whole_model_bytes(model, plan, example_inputs, calibration_data)
-            measured = measure_local(data, threads=threads, reference=table.reference("model"))
-        rows.append(
-            {
-                "seed": seed,
-                "predicted_ms": predicted.latency_ms,
-                "sum_ms": predicted.sum_ms,
-                "measured_ms": measured,
-                "error": predicted.latency_ms / measured - 1,
-                "fallback_ops": predicted.coverage["fallback"],
-            }
-        )
-        if (i + 1) % 10 == 0 or i + 1 == samples:
-            print(
-                f"validated {i + 1}/{samples} ({time.perf_counter() - start:.0f} s)",
-                file=sys.stderr,
+    seeds = [VALIDATION_SEED0 + i for i in range(samples)]
+    predicted = [latency.predict(model, space.sample(seed)) for seed in seeds]
+    if use_table:
+        measured = [stored[seed].median_ms for seed in seeds]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            files = []
+            start = time.perf_counter()
+            for i, seed in enumerate(seeds):
+                plan = space.sample(seed)
+                with quiet_root_logger():
+                    data = whole_model_bytes(model, plan, example_inputs, calibration_data)
+                files.append(Path(tmp) / f"{seed}.onnx")
+                files[-1].write_bytes(data)
+                if (i + 1) % 10 == 0 or i + 1 == samples:
+                    print(
+                        f"exported {i + 1}/{samples} ({time.perf_counter() - start:.0f} s)",
+                        file=sys.stderr,
+                    )
+            # measured as the device runner measures whole models, in the table's units
+            measured = measure_models(
+                files,
+                threads=threads,
+                time_cap_s=float(table.meta.get("time_cap_s", 0.5) or 0.5),
+                reference=table.reference("model"),
+                label="validation models",
             )
+    rows = [
+        {
+            "seed": seed,
+            "predicted_ms": p.latency_ms,
+            "sum_ms": p.sum_ms,
+            "measured_ms": m,
+            "error": p.latency_ms / m - 1,
+            "fallback_ops": p.coverage["fallback"],
+        }
+        for seed, p, m in zip(seeds, predicted, measured, strict=True)
+    ]
     pred = np.array([r["predicted_ms"] for r in rows])
     meas = np.array([r["measured_ms"] for r in rows])
     err = pred / meas - 1

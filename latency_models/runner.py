@@ -50,9 +50,12 @@ REFERENCE_LEVEL_S = 1.0
 #: spells hit small cache-resident kernels and whole models (memory traffic) differently,
 #: so ops follow an op and whole models follow a whole model.
 REFERENCE_OF = {"overhead": "op", "op": "op", "calibration": "model", "validation": "model"}
-#: Whole models get this many times the time cap: predictions are fitted to them
-#: (calibration) and judged against them (validation), so their noise is everyone's.
-WHOLE_MODEL_CAP_FACTOR = 3.0
+#: Whole models are timed in this many fresh sessions (each up to the time cap), spread
+#: over the run, and their row holds the median over sessions. Predictions are fitted to
+#: whole models (calibration) and judged against them (validation), so their noise is
+#: everyone's; and one session's memory placement moves a model's time by about 1.5%,
+#: which no amount of runs inside that session averages out.
+WHOLE_MODEL_SESSIONS = 3
 
 
 def cpu_model() -> str:
@@ -140,6 +143,14 @@ def time_session(
         out["ratio_median"] = statistics.median(r)
         out["ratio_p10"] = _quantile(r, 0.1)
         out["ratio_p90"] = _quantile(r, 0.9)
+    return out
+
+
+def combine_sessions(sessions: list[dict[str, float]]) -> dict[str, float]:
+    """One row from the stats of several sessions of one model: the median over sessions
+    of each latency figure, and the runs of all of them."""
+    out = {k: statistics.median(s[k] for s in sessions) for k in sessions[0] if k.endswith("_ms")}
+    out["runs"] = float(sum(s["runs"] for s in sessions))
     return out
 
 
@@ -293,6 +304,7 @@ def measure_bundle(
     time_cap_s: float = 0.5,
     kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation"),
     reference: bool = True,
+    sessions: int = WHOLE_MODEL_SESSIONS,
 ) -> Path:
     """Measure every model of ``bundle`` and append rows to the CSV ``out``.
 
@@ -318,11 +330,15 @@ def measure_bundle(
         threads: intra-op threads.
         batch_size: the batch fed to models with a dynamic batch dimension (the
             validation models); op models are built at the bundle's batch size.
-        time_cap_s: the most time spent timing one op (whole models get
-            ``WHOLE_MODEL_CAP_FACTOR`` times as long).
+        time_cap_s: the most time spent timing one session of a model.
         kinds: which kinds of model to measure.
         reference: normalise to the bundle's references, where it names them.
+        sessions: fresh sessions per whole model (calibration and validation models),
+            spread over the run; their row is the median over sessions. A run
+            interrupted between a model's sessions times that model again in full.
     """
+    if sessions < 1:
+        raise ValueError(f"sessions must be at least 1, got {sessions}")
     import numpy as np
     import onnxruntime as ort
 
@@ -347,6 +363,7 @@ def measure_bundle(
         "bundle_version": manifest["version"],
         "bundle_id": manifest.get("bundle_id", ""),
         "time_cap_s": time_cap_s,
+        "whole_model_sessions": sessions,
     }
     meta_path = Path(str(out) + ".meta.json")
     fresh = not meta_path.exists()
@@ -378,10 +395,18 @@ def measure_bundle(
                 Path(f"{out}.reference-{role}.onnx").write_bytes(data)
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     done = _done_ids(out)
-    todo = [m for m in manifest["models"] if m["kind"] in kinds and m["id"] not in done]
-    # A shared or throttling device drifts over minutes; measuring in a seeded random
-    # order spreads that drift over ops and whole models alike instead of biasing one.
-    random.Random(0).shuffle(todo)
+    todo = {m["id"]: m for m in manifest["models"] if m["kind"] in kinds and m["id"] not in done}
+    # Whole models get several sessions. A shared or throttling device drifts over
+    # minutes; visiting in a seeded random order spreads that drift over ops and whole
+    # models alike, and a whole model's sessions over the run, instead of biasing one.
+    visits = [
+        m["id"]
+        for m in todo.values()
+        for _ in range(sessions if REFERENCE_OF.get(m["kind"]) == "model" else 1)
+    ]
+    random.Random(0).shuffle(visits)
+    left = {i: visits.count(i) for i in todo}
+    timed: dict[str, list[dict[str, float]]] = {}
     header = COLUMNS
     if out.exists():
         with out.open(newline="") as f:
@@ -392,7 +417,13 @@ def measure_bundle(
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         if new_file:
             writer.writeheader()
-        for i, entry in enumerate(todo):
+        for n, model_id in enumerate(visits):
+            entry = todo[model_id]
+            if n:
+                _progress(n, len(visits), start, entry.get("key", model_id))
+            if left[model_id] == 0:  # unsupported on an earlier visit
+                continue
+            left[model_id] -= 1
             row: dict[str, Any] = {
                 "model_id": entry["id"],
                 "kind": entry["kind"],
@@ -403,10 +434,11 @@ def measure_bundle(
             try:
                 run, feeds = session(zf.read(entry["file"]))
                 ref_run, level_ms = refs.get(REFERENCE_OF.get(entry["kind"], ""), (None, 0.0))
-                cap = time_cap_s * (
-                    WHOLE_MODEL_CAP_FACTOR if REFERENCE_OF.get(entry["kind"]) == "model" else 1.0
-                )
-                stats = normalise(time_session(run, reference=ref_run, time_cap_s=cap), level_ms)
+                stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
+                timed.setdefault(model_id, []).append(normalise(stats, level_ms))
+                if left[model_id]:
+                    continue
+                stats = combine_sessions(timed.pop(model_id))
                 row.update({k: f"{v:.6g}" for k, v in stats.items()}, status="ok", error="")
                 row["runs"] = int(stats["runs"])
                 if entry["kind"] == "calibration":
@@ -422,6 +454,8 @@ def measure_bundle(
                         pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
             except Exception as err:  # the provider cannot run it: record, don't crash
                 msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                left[model_id] = 0
+                timed.pop(model_id, None)
                 row.update(
                     status="unsupported",
                     median_ms="",
@@ -433,7 +467,8 @@ def measure_bundle(
                 )
             writer.writerow(row)
             f.flush()
-            _progress(i + 1, len(todo), start, row["key"])
+    if visits:
+        _progress(len(visits), len(visits), start, "done")
     return out
 
 
@@ -449,7 +484,14 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-cap",
         type=float,
         default=0.5,
-        help=f"seconds per op; whole models get {WHOLE_MODEL_CAP_FACTOR:g}x as long",
+        help="seconds of timing per session of a model (default 0.5)",
+    )
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=WHOLE_MODEL_SESSIONS,
+        help="fresh sessions per whole (calibration, validation) model, spread over the "
+        f"run; the row is their median (default {WHOLE_MODEL_SESSIONS})",
     )
     parser.add_argument(
         "--no-reference",
@@ -469,6 +511,7 @@ def measure_from_args(args: argparse.Namespace) -> Path:
         batch_size=args.batch_size,
         time_cap_s=args.time_cap,
         reference=not args.no_reference,
+        sessions=args.sessions,
     )
 
 
