@@ -264,6 +264,7 @@ def quantize_onnx_int8(
         feeds: calibration batches.
         exclude: node names to keep in FP32.
     """
+    import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -287,3 +288,46 @@ def quantize_onnx_int8(
         activation_type=QuantType.QUInt8,
         nodes_to_exclude=list(exclude),
     )
+    onnx.save(keep_fp32_layers_fp32(onnx.load(str(dst)), onnx.load(str(src))), str(dst))
+
+
+def keep_fp32_layers_fp32(quantized: Any, fp32: Any) -> Any:
+    """Stop ONNX Runtime from running the FP32 layers of a mixed-precision model as INT8.
+
+    ONNX Runtime's WeightBiasQuantization optimizer quantizes (per tensor) the weights of
+    any Conv or Gemm whose input comes from a per-tensor DequantizeLinear and whose
+    output goes, through at most Relu or Clip, to a QuantizeLinear: an FP32 layer
+    between two INT8 layers then runs as INT8, unlike what the plan (and its
+    accuracy) said. Giving each activation DequantizeLinear a per-channel scale and
+    zero point (the same value repeated; axis 1) computes the same and does not match.
+    Channel counts come from shape inference on ``fp32`` (the model before
+    quantization, whose tensor names the DequantizeLinear outputs keep).
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inferred = onnx.shape_inference.infer_shapes(fp32)
+    channels = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.output]:
+        dims = v.type.tensor_type.shape.dim
+        if len(dims) >= 2 and dims[1].HasField("dim_value"):
+            channels[v.name] = dims[1].dim_value
+    inits = {i.name: i for i in quantized.graph.initializer}
+    for node in quantized.graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] in inits:
+            continue  # weights are dequantized per channel already
+        c = channels.get(node.output[0])
+        scale = inits.get(node.input[1])
+        zero = inits.get(node.input[2]) if len(node.input) > 2 else None
+        if c is None or scale is None or zero is None or len(scale.dims):
+            continue
+        names = (f"{node.output[0]}_channel_scale", f"{node.output[0]}_channel_zero_point")
+        for name, init in zip(names, (scale, zero), strict=True):
+            value = numpy_helper.to_array(init)
+            quantized.graph.initializer.append(
+                numpy_helper.from_array(np.full(c, value, value.dtype), name)
+            )
+        del node.input[1:]
+        node.input.extend(names)
+        node.attribute.append(helper.make_attribute("axis", 1))
+    return quantized

@@ -59,6 +59,36 @@ def test_mixed_plan_excludes_layers_above_8_bits(task: DigitsTask, tmp_path) -> 
     _onnx_top1(result.path, task.splits()["test"][0][:8])
 
 
+def _int8_kernels_run(path, tmp_path) -> int:
+    """How many INT8 Conv/Gemm kernels ONNX Runtime runs for the model at ``path``, after
+    its default graph optimizations (read back from the optimized graph)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    nodes = onnx.load(so.optimized_model_filepath).graph.node
+    return sum(n.op_type in ("QLinearConv", "QGemm", "QLinearMatMul") for n in nodes)
+
+
+def test_fp32_layer_between_int8_layers_runs_fp32(task: DigitsTask, tmp_path) -> None:
+    """ONNX Runtime quantizes the weights of an FP32 layer that sits between two INT8
+    layers unless the export stops it; the plan's FP32 layer must run in FP32."""
+    model = task.baseline()
+    example = task.example_inputs()
+    names = [q.name for q in discover(model, example).layers]
+    int8 = [names[0], names[2]]  # names[1] stays FP32 between them
+    plan = CompressionPlan(weight_bits=dict.fromkeys(int8, 8), act_bits=dict.fromkeys(int8, 8))
+    calib = task.calibration_batches()
+    compressed = apply_plan(model, plan, example, calibration_data=calib)
+    result = export_onnx(compressed, plan, example, tmp_path / "mixed.onnx", calibration_data=calib)
+    assert set(result.int8_layers) == set(int8)
+    assert _int8_kernels_run(result.path, tmp_path) == len(int8)
+    x_test, _ = task.splits()["test"]
+    with torch.no_grad():
+        want = compressed(x_test).argmax(dim=1).numpy()
+    assert float((_onnx_top1(result.path, x_test) == want).mean()) >= 0.98
+
+
 def test_low_bits_export_fp32_with_metadata(task: DigitsTask, tmp_path) -> None:
     model = task.baseline()
     example = task.example_inputs()
