@@ -220,11 +220,7 @@ def _quantize_int8(
     proto = _inline_identity_initializers(onnx.load(str(fp32_path)))
     onnx.save(proto, str(fp32_path))
     wanted = set(int8_layers)
-    exclude = [
-        n.name
-        for n in proto.graph.node
-        if n.op_type in _WEIGHTED_OPS and onnx_module_name(n.name) not in wanted
-    ]
+    exclude = fp32_nodes(proto, wanted)
     missing = wanted - {onnx_module_name(n.name) for n in proto.graph.node}
     if missing:
         raise RuntimeError(f"layers not found in the exported graph: {sorted(missing)}")
@@ -244,6 +240,31 @@ def _quantize_int8(
             }
 
     quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude)
+
+
+def fp32_nodes(proto: Any, int8_layers: set[str]) -> list[str]:
+    """The nodes of an FP32 graph to keep in FP32 when ``int8_layers`` go INT8: weighted
+    nodes of other layers, and every other node unless all its tensor inputs come from
+    INT8 nodes. A residual Add, a pooling or a reshape between FP32 layers then stays FP32
+    (fused into the convolution before it) instead of being wrapped in Quantize and
+    Dequantize nodes of its own; one inside or right after an INT8 region runs INT8."""
+    constants = {i.name for i in proto.graph.initializer}
+    int8_tensors: set[str] = set()
+    exclude = []
+    for node in proto.graph.node:  # ONNX graphs are topologically sorted
+        if node.op_type == "Constant":
+            constants.update(node.output)
+            continue
+        if node.op_type in _WEIGHTED_OPS:
+            int8 = onnx_module_name(node.name) in int8_layers
+        else:
+            data = [i for i in node.input if i and i not in constants]
+            int8 = bool(data) and all(i in int8_tensors for i in data)
+        if int8:
+            int8_tensors.update(node.output)
+        else:
+            exclude.append(node.name)
+    return exclude
 
 
 def quantize_onnx_int8(

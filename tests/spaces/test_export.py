@@ -151,3 +151,35 @@ def test_int8_export_of_shared_constants(tmp_path) -> None:
     result = export_onnx(apply_plan(model, plan, x), plan, x, tmp_path / "q.onnx")
     assert result.precision == "int8" and len(result.int8_layers) == 12
     assert _onnx_top1(result.path, x).shape == (1,)
+
+
+class _Residual(torch.nn.Module):
+    """conv0 -> conv1 -> conv2 (+ conv1's output) -> conv3: the Add joins two FP32 layers
+    when only conv0 and conv3 are INT8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv0 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.conv1 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.conv3 = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.conv0(x))
+        b = torch.relu(self.conv1(a))
+        return self.conv3(torch.relu(self.conv2(b)) + b)
+
+
+def test_ops_between_fp32_layers_stay_fp32(tmp_path) -> None:
+    """Only ops fed entirely by INT8 layers run INT8: a residual Add of two FP32 layers is
+    not wrapped in Quantize/Dequantize nodes of its own."""
+    torch.manual_seed(0)
+    model = _Residual().eval()
+    x = torch.randn(4, 3, 8, 8)
+    plan = CompressionPlan(weight_bits={"conv0": 8, "conv3": 8}, act_bits={"conv0": 8, "conv3": 8})
+    compressed = apply_plan(model, plan, x[:1])
+    result = export_onnx(compressed, plan, x[:1], tmp_path / "res.onnx", calibration_data=[x])
+    assert set(result.int8_layers) == {"conv0", "conv3"}
+    ops = [n.op_type for n in onnx.load(str(result.path)).graph.node]
+    assert "QLinearAdd" not in ops and "Add" in ops
+    assert _int8_kernels_run(result.path, tmp_path) == 2
