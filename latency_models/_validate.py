@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import random
 import re
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from .runner import (
     open_session,
     session_options,
     time_session,
+    visit_order,
 )
 
 LOCAL_CPU = "local-cpu"
@@ -266,8 +266,7 @@ def measure_models(
     sessions. ``label`` names the models in progress output (none when empty)."""
     if sessions < 1:
         raise ValueError(f"sessions must be at least 1, got {sessions}")
-    visits = [i for i in range(len(models)) for _ in range(sessions)]
-    random.Random(seed).shuffle(visits)
+    visits = visit_order(dict.fromkeys(range(len(models)), sessions), seed)
     ref_run = local_run(reference[0], threads=threads) if reference is not None else None
     timed: dict[int, list[dict[str, float]]] = {}
     start = time.perf_counter()

@@ -146,6 +146,15 @@ def time_session(
     return out
 
 
+def visit_order(sessions: dict[Any, int], seed: int = 0) -> list[Any]:
+    """Each model as many times as it has ``sessions``, in a seeded random order: a slow
+    spell of the machine then falls on many models a little, not on a few models whole,
+    and a model's sessions lie spread over the run."""
+    visits = [key for key, n in sessions.items() for _ in range(n)]
+    random.Random(seed).shuffle(visits)
+    return visits
+
+
 def combine_sessions(sessions: list[dict[str, float]]) -> dict[str, float]:
     """One row from the stats of several sessions of one model: the median over sessions
     of each latency figure, and the runs of all of them."""
@@ -399,13 +408,8 @@ def measure_bundle(
     # Whole models get several sessions. A shared or throttling device drifts over
     # minutes; visiting in a seeded random order spreads that drift over ops and whole
     # models alike, and a whole model's sessions over the run, instead of biasing one.
-    visits = [
-        m["id"]
-        for m in todo.values()
-        for _ in range(sessions if REFERENCE_OF.get(m["kind"]) == "model" else 1)
-    ]
-    random.Random(0).shuffle(visits)
-    left = {i: visits.count(i) for i in todo}
+    left = {i: sessions if REFERENCE_OF.get(m["kind"]) == "model" else 1 for i, m in todo.items()}
+    visits = visit_order(left)
     timed: dict[str, list[dict[str, float]]] = {}
     header = COLUMNS
     if out.exists():
