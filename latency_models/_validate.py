@@ -325,15 +325,15 @@ def validate(
         )
     threads = int(table.meta.get("threads", 1) or 1)
     seeds = [VALIDATION_SEED0 + i for i in range(samples)]
-    predicted = [latency.predict(model, space.sample(seed)) for seed in seeds]
+    plans = [space.sample(seed) for seed in seeds]
+    predicted = [latency.predict(model, plan) for plan in plans]
     if use_table:
         measured = [stored[seed].median_ms for seed in seeds]
     else:
         with tempfile.TemporaryDirectory() as tmp:
             files = []
             start = time.perf_counter()
-            for i, seed in enumerate(seeds):
-                plan = space.sample(seed)
+            for i, (seed, plan) in enumerate(zip(seeds, plans, strict=True)):
                 with quiet_root_logger():
                     data = whole_model_bytes(model, plan, example_inputs, calibration_data)
                 files.append(Path(tmp) / f"{seed}.onnx")

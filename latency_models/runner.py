@@ -436,7 +436,8 @@ def measure_bundle(
                 "precision": entry.get("precision", ""),
             }
             try:
-                run, feeds = session(zf.read(entry["file"]))
+                data = zf.read(entry["file"])
+                run, feeds = session(data)
                 ref_run, level_ms = refs.get(REFERENCE_OF.get(entry["kind"], ""), (None, 0.0))
                 stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
                 timed.setdefault(model_id, []).append(normalise(stats, level_ms))
@@ -447,7 +448,7 @@ def measure_bundle(
                 row["runs"] = int(stats["runs"])
                 if entry["kind"] == "calibration":
                     nodes = profile_nodes(
-                        zf.read(entry["file"]),
+                        data,
                         feeds,
                         threads,
                         provider,
