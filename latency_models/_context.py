@@ -4,10 +4,13 @@ models, and what the glue between ops costs.
 An op measured alone pays what a whole graph pays once: layout reorders around NCHWc
 convolutions, quantize/dequantize around INT8 ones. The device runner profiles the
 calibration models (ONNX Runtime's profiler reports each node's kernel time inside the
-graph); this module attributes those nodes to Frontier's ops by name, learns each op's
-in-context time (and, for ops no calibration model ran, the in-context/isolated ratio
-of its kind), prices the glue nodes from the precision boundaries of a plan, and maps the
-profiled sum to unprofiled whole-model latency with a fitted line.
+graph); this module attributes those nodes to Frontier's ops by name and learns each
+op's in-context time (and, for ops no calibration model ran, the in-context/isolated
+ratio of its kind). Whole-model latency is then fitted, by non-negative least squares
+on the calibration models' unprofiled latencies, to the sum of in-context op times and
+the glue predictors of the plan's precision boundaries. The glue is fitted to unprofiled
+latency rather than taken from the profile: the profiler's own cost per node inflates
+the many small quantize, dequantize and reorder nodes most.
 """
 
 from __future__ import annotations
@@ -85,13 +88,13 @@ def boundary_features(specs: list[OpSpec]) -> np.ndarray:
 
 @dataclass
 class ContextModel:
-    """In-context op times, per-kind ratios, glue and the profiled-to-real line."""
+    """In-context op times, per-kind ratios, and the fitted whole-model line:
+    latency = ``scale`` * (sum of in-context op times) + glue predictors @ ``glue_coef``."""
 
     op_ms: dict[str, float]
     ratio: dict[str, float]
     glue_coef: np.ndarray
     scale: float
-    intercept: float
     models: int
     residual_mape: float = field(default=math.nan)
 
@@ -102,9 +105,8 @@ class ContextModel:
         return isolated_ms(spec) * ratio
 
     def predict(self, specs: list[OpSpec], isolated_ms: Callable[[OpSpec], float]) -> float:
-        profiled = sum(self.op_cost(s, isolated_ms) for s in specs)
-        profiled += max(float(boundary_features(specs) @ self.glue_coef), 0.0)
-        return self.scale * profiled + self.intercept
+        ops = sum(self.op_cost(s, isolated_ms) for s in specs)
+        return self.scale * ops + float(boundary_features(specs) @ self.glue_coef)
 
 
 def fit_context(
@@ -124,9 +126,8 @@ def fit_context(
         return None
     in_context: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {}
-    glue_x, glue_y = [], []
     for specs, op_nodes, nodes, _ in samples:
-        per_op, glue, _ = attribute(nodes, op_nodes)
+        per_op, _, _ = attribute(nodes, op_nodes)
         for spec, ms in zip(specs, per_op, strict=True):
             if ms <= 0:
                 continue
@@ -134,22 +135,23 @@ def fit_context(
             iso = isolated_ms(spec)
             if iso > 0:
                 ratios.setdefault(f"{spec.kind}/{spec.precision}", []).append(ms / iso)
-        glue_x.append(boundary_features(specs))
-        glue_y.append(glue)
     op_ms = {k: statistics.median(v) for k, v in in_context.items()}
     ratio = {k: statistics.median(v) for k, v in ratios.items()}
     all_ratios = [r for v in ratios.values() for r in v]
     ratio["*"] = statistics.median(all_ratios) if all_ratios else 1.0
-    gx, gy = np.array(glue_x), np.array(glue_y)
-    scale_cols = np.maximum(np.abs(gx).max(axis=0), 1e-12)
-    glue_coef, _ = nnls(gx / scale_cols, gy)
-    glue_coef = glue_coef / scale_cols
-    model = ContextModel(op_ms, ratio, glue_coef, 1.0, 0.0, len(samples))
-    profiled = np.array([model.predict(specs, isolated_ms) for specs, _, _, _ in samples])
+    model = ContextModel(op_ms, ratio, np.zeros(4), 1.0, len(samples))
+    # latency ~ scale * in-context op sum + boundary glue, all coefficients >= 0
+    x = np.array(
+        [
+            [sum(model.op_cost(s, isolated_ms) for s in specs), *boundary_features(specs)]
+            for specs, _, _, _ in samples
+        ]
+    )
     measured = np.array([m for _, _, _, m in samples])
-    a = np.vstack([profiled, np.ones_like(profiled)]).T
-    (scale, intercept), *_ = np.linalg.lstsq(a, measured, rcond=None)
-    model.scale, model.intercept = float(scale), float(intercept)
+    scale_cols = np.maximum(np.abs(x).max(axis=0), 1e-12)
+    coef, _ = nnls(x / scale_cols, measured)
+    coef = coef / scale_cols
+    model.scale, model.glue_coef = float(coef[0]), coef[1:]
     fitted = np.array([model.predict(specs, isolated_ms) for specs, _, _, _ in samples])
     model.residual_mape = float(np.mean(np.abs(fitted / measured - 1)))
     return model

@@ -48,3 +48,41 @@ def test_runner_profiles_calibration_models_and_model_picks_calibration(measured
     assert lm.method in ("sum", "groups", "context")
     assert set(lm.method_cv) <= {"sum", "groups", "context"} and lm.method_cv
     assert np.isfinite(est.latency_ms) and est.latency_ms > 0
+
+
+def test_context_fits_glue_to_unprofiled_latency() -> None:
+    """The profiler inflates small glue nodes; whole-model latency follows the
+    unprofiled glue, which the fit recovers from the measured latencies."""
+    from frontier.latency_models._context import fit_context
+
+    rng = np.random.default_rng(0)
+
+    def plan() -> list[OpSpec]:
+        chans = [3, *(int(c) for c in rng.choice([8, 16, 32], size=4))]
+        precisions = rng.choice(["fp32", "int8"], size=4)
+        return [_spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)]
+
+    def op_ms(spec: OpSpec) -> float:
+        return 0.002 * spec.input_shapes[0][1] * spec.output_shape[1] / 8
+
+    def truth(specs: list[OpSpec]) -> float:
+        q, dq, n, _ = boundary_features(specs)
+        return sum(map(op_ms, specs)) + 400 * q + 300 * dq + 0.004 * n + 0.01
+
+    samples = []
+    for _ in range(30):
+        specs = plan()
+        q, dq, n, _ = boundary_features(specs)
+        nodes = {f"op{i}/Conv": ["Conv", 1000 * op_ms(s)] for i, s in enumerate(specs)}
+        # profiled glue: three times the real cost, plus the profiler's 20 us per boundary
+        nodes["glue/QuantizeLinear"] = [
+            "QuantizeLinear",
+            1000 * (3 * (400 * q + 300 * dq) + 0.02 * n),
+        ]
+        op_nodes = [[f"op{i}/Conv"] for i in range(len(specs))]
+        samples.append((specs, op_nodes, nodes, truth(specs)))
+    model = fit_context(samples, op_ms)
+    assert model is not None
+    held_out = [plan() for _ in range(20)]
+    errors = [abs(model.predict(s, op_ms) / truth(s) - 1) for s in held_out]
+    assert max(errors) < 0.01
