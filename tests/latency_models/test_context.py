@@ -60,7 +60,9 @@ def test_context_fits_glue_to_unprofiled_latency() -> None:
     def plan() -> list[OpSpec]:
         chans = [3, *(int(c) for c in rng.choice([8, 16, 32], size=4))]
         precisions = rng.choice(["fp32", "int8"], size=4)
-        return [_spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)]
+        return [
+            _spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)
+        ]
 
     def op_ms(spec: OpSpec) -> float:
         return 0.002 * spec.input_shapes[0][1] * spec.output_shape[1] / 8
