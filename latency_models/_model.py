@@ -130,8 +130,9 @@ class LatencyModel:
     session overhead the table measured) and adds one overhead. With calibration models
     measured on the same device, that sum is corrected for what isolated kernels pay and
     a whole graph pays once (layout conversions, quantize/dequantize at the edges): by
-    per-group scale factors, or by in-context op times from the runner's profiles,
-    whichever predicts held-out calibration models best (``method``, ``method_cv``).
+    per-group scale factors, by in-context op times from the runner's profiles, or by a
+    blend of the two best of those, whichever predicts held-out calibration models best
+    (``method``, ``method_cv``, ``weights``).
 
     Args:
         table: the device's table.
@@ -145,10 +146,12 @@ class LatencyModel:
     fallbacks: dict[str, FallbackFit] = field(default_factory=dict)
     coef: dict[str, float] | None = None
     context: ContextModel | None = None
-    #: the calibration in use ("sum", "groups", "context") and each one's CV MAPE
+    #: the calibration in use ("sum", "groups", "context", or a blend of two such as
+    #: "groups+context"), each candidate's CV MAPE, and the blend's weights
     method: str | None = None
     method_cv: dict[str, float] = field(default_factory=dict)
-    _fitted: Any = field(default=None, repr=False)
+    weights: dict[str, float] = field(default_factory=dict)
+    _fitted: dict[str, Any] = field(default_factory=dict, repr=False)
     _offload_model: LatencyModel | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
     _specs: dict[str, OpSpec] = field(default_factory=dict, repr=False)
@@ -311,32 +314,54 @@ class LatencyModel:
 
     def choose_calibration(self) -> None:
         """Pick how the per-op sum becomes a whole-model prediction: the plain sum, the
-        per-group scaled sum, or in-context op times, by 5-fold cross-validated MAPE on the
-        calibration models; refit the winner on all of them."""
+        per-group scaled sum, in-context op times, or an even or 1:3 blend of the two best
+        of them, by 5-fold cross-validated MAPE on the calibration models; refit the
+        winner on all of them.
+
+        Blends earn their place on tiny models (tens of microseconds), where the
+        profiler's per-node cost is the size of a kernel and neither the profiled nor the
+        scaled-sum calibration is clearly better; cross-validation keeps a single
+        method wherever it predicts better alone."""
         from sklearn.model_selection import KFold
 
         samples = self.calibration_samples()
         self.method_cv = {}
+        oof: dict[str, np.ndarray] = {}
+        measured = np.array([s.measured_ms for s in samples])
         if len(samples) >= 8:
             folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
             for method in ("sum", "groups", "context"):
-                errors: list[float] = []
+                pred = np.empty(len(samples))
                 for train, test in folds:
                     fitted = self._fit(method, [samples[i] for i in train])
                     if fitted is None:
-                        errors = []
                         break
                     for i in test:
-                        pred = self._predict_with(method, fitted, samples[i].specs)
-                        errors.append(abs(pred / samples[i].measured_ms - 1))
-                if errors:
-                    self.method_cv[method] = float(np.mean(errors))
-        self.method = min(self.method_cv, key=self.method_cv.__getitem__, default="sum")
-        self._fitted = self._fit(self.method, samples)
-        if self.method == "groups":
-            self.coef = self._fitted
-        if self.method == "context":
-            self.context = self._fitted
+                        pred[i] = self._predict_with(method, fitted, samples[i].specs)
+                else:
+                    oof[method] = pred
+                    self.method_cv[method] = float(np.mean(np.abs(pred / measured - 1)))
+        self.method, weights = "sum", {"sum": 1.0}
+        if oof:
+            ranked = sorted(oof, key=self.method_cv.__getitem__)
+            self.method, weights = ranked[0], {ranked[0]: 1.0}
+            if len(ranked) >= 2:
+                # convex blends of the two best, judged on the same out-of-fold predictions
+                a, b = ranked[:2]
+                for w, name in ((0.5, f"{a}+{b}"), (0.75, f"{a}+{b} (3:1)")):
+                    pred = w * oof[a] + (1 - w) * oof[b]
+                    self.method_cv[name] = float(np.mean(np.abs(pred / measured - 1)))
+                    if self.method_cv[name] < self.method_cv[self.method]:
+                        self.method, weights = name, {a: w, b: 1 - w}
+        self.weights = weights
+        self._fitted = {m: self._fit(m, samples) for m in weights}
+        self.coef = self._fitted.get("groups")
+        self.context = self._fitted.get("context")
+
+    def _calibrated(self, specs: list[OpSpec]) -> float:
+        return sum(
+            w * self._predict_with(m, self._fitted[m], specs) for m, w in self.weights.items()
+        )
 
     def predict_ops(self, specs: list[OpSpec]) -> LatencyEstimate:
         """Predict the latency of a model that runs ``specs``."""
@@ -350,7 +375,7 @@ class LatencyModel:
             # op adds what it costs elsewhere (plus transfers) over its price here, a
             # sparse op what its sparse-kernel row costs over its dense twin.
             native = [s.dense if s.sparsity else s for s in specs]
-            latency = self._predict_with(self.method, self._fitted, native)
+            latency = self._calibrated(native)
             latency += sum(
                 c.latency_ms - self.op_cost(n, native=True).latency_ms
                 for s, n, c in zip(specs, native, costs, strict=True)
