@@ -90,7 +90,7 @@ def ensure_local_table(
     *,
     store: DeviceStore | None = None,
     name: str = LOCAL_CPU,
-    calibration: int = 30,
+    calibration: int = 60,
     calibration_data: Any = None,
     time_cap_s: float = 0.3,
 ) -> DeviceTable:

@@ -332,7 +332,7 @@ DeviceEntry = Annotated[
 class LocalTableSection(_Section):
     """How ``local-cpu`` tables are measured the first time a search targets them."""
 
-    calibration: int = Field(default=30, ge=0)
+    calibration: int = Field(default=60, ge=0)
     time_cap_s: float = Field(default=0.3, gt=0)
 
 

@@ -492,7 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("config")
     e.add_argument("--out", required=True, help="the bundle .zip to write")
     e.add_argument("--validation", type=int, default=0, help="whole models for validation")
-    e.add_argument("--calibration", type=int, default=30, help="whole models for calibration")
+    e.add_argument(
+        "--calibration", type=int, default=60, help="whole models for calibration (default 60)"
+    )
     e.set_defaults(func=cmd_lut_ops)
 
     e = lsub.add_parser("measure", help="measure a bundle on this device (the device runner)")
