@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "spaces": ("bench_spaces.py", [], ["--repeats", "3"]),
     "evaluators": ("bench_evaluators.py", [], ["--plans", "10"]),
-    "latency": ("bench_latency.py", [], ["--samples", "20", "--calibration", "20"]),
+    "latency": ("bench_latency.py", [], ["--samples", "20", "--calibration", "40"]),
     "search": (
         "bench_search.py",
         [],
@@ -241,6 +241,14 @@ def figure_rows(figs: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 ">= 0.9",
                 cal["kendall_tau"] >= 0.9,
             )
+            fewer = next((k for k in c if k.startswith("calibrated (")), None)
+            if fewer and not fewer.endswith(f"({cal.get('models')} models)"):
+                add(
+                    f"{case}: calibrated on {fewer[len('calibrated (') : -1]} (side by side)",
+                    f"{c[fewer]['within_10pct']:.0%} within, tau {c[fewer]['kendall_tau']:.3f}",
+                    "-",
+                    None,
+                )
             rep = c["repeatability"]
             add(
                 f"{case}: the same models measured twice (ceiling)",

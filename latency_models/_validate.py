@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -205,11 +205,14 @@ class ValidationReport:
     rows: list[dict[str, Any]]
     csv_path: Path | None = None
     plot_path: Path | None = None
+    #: how the table's sum was calibrated: method, blend weights, each candidate's CV MAPE
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "samples": self.samples,
+            "calibration": self.calibration,
             "mape": self.mape,
             "within_10pct": self.within_10pct,
             "kendall_tau": self.kendall_tau,
@@ -374,6 +377,11 @@ def validate(
         kendall_tau=float(kendalltau(pred, meas)[0]) if samples > 1 else float("nan"),
         worst=[rows[int(j)] for j in order[:5]],
         rows=rows,
+        calibration={
+            "method": latency.method or "none",
+            "weights": dict(latency.weights),
+            "cv_mape": {k: round(v, 4) for k, v in latency.method_cv.items()},
+        },
     )
     if out_dir is None:
         return report

@@ -88,6 +88,9 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
     )
     report = json.loads(capsys.readouterr().out)
     assert report["samples"] == 4 and (out / "validation.png").exists()
+    # the report names the calibration it used (8 calibration models: one was picked by CV)
+    cal = report["calibration"]
+    assert cal["method"] == min(cal["cv_mape"], key=cal["cv_mape"].get)
 
 
 def test_lut_import_rejects_bad_rows(tmp_path, capsys) -> None:
