@@ -65,8 +65,9 @@ def case(
     table = store.import_table(table_csv, name=name, manifest=manifest)
     results = {}
     half = calibration // 2
-    first = {m["key"] for m in manifest["models"] if m["kind"] == "calibration"}
-    first = set(sorted(first, key=lambda k: int(k.rsplit("-", 1)[1]))[:half])
+    # the calibration models of the first seeds (keys end in their seed)
+    keys = [m["key"] for m in manifest["models"] if m["kind"] == "calibration"]
+    first = set(sorted(keys, key=lambda k: int(k.rsplit("-", 1)[1]))[:half])
     fewer = DeviceTable(
         table.name,
         table.meta,

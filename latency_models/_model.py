@@ -314,9 +314,9 @@ class LatencyModel:
 
     def choose_calibration(self) -> None:
         """Pick how the per-op sum becomes a whole-model prediction: the plain sum, the
-        per-group scaled sum, in-context op times, or an even or 1:3 blend of the two best
-        of them, by 5-fold cross-validated MAPE on the calibration models; refit the
-        winner on all of them.
+        per-group scaled sum, in-context op times, or a blend of the two best of them
+        (even, or 3:1 for the better one), by 5-fold cross-validated MAPE on the
+        calibration models; refit the winner on all of them.
 
         Blends earn their place on tiny models (tens of microseconds), where the
         profiler's per-node cost is the size of a kernel and neither the profiled nor the
