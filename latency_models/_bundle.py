@@ -148,7 +148,7 @@ def write_bundle(
     example_inputs: Any,
     space: SearchSpace,
     validation: int = 0,
-    calibration: int = 20,
+    calibration: int = 60,
     calibration_data: Any = None,
     name: str = "",
     progress: Callable[[str, int, int, float], None] = _progress,
