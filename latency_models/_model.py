@@ -304,12 +304,12 @@ class LatencyModel:
         return "sum"
 
     def _predict_with(self, method: str, fitted: Any, specs: list[OpSpec]) -> float:
+        if method == "context":  # prices only the ops no calibration model ran
+            return float(fitted.predict(specs, self._isolated_ms))
         costs = [self.op_cost(s, native=True) for s in specs]
         if method == "groups":
             coef = np.array([fitted.get(g, 1.0) for g in CALIBRATION_GROUPS])
             return float(self._group_sums(costs) @ coef) + self.table.overhead_ms
-        if method == "context":
-            return float(fitted.predict(specs, self._isolated_ms))
         return sum(c.latency_ms for c in costs) + self.table.overhead_ms
 
     def choose_calibration(self) -> None:
