@@ -12,12 +12,16 @@ import numpy as np
 from frontier.spaces import CompressionPlan, SearchSpace
 
 from ._context import ContextModel, fit_context
+from ._correction import ALPHAS as CORRECTION_ALPHAS
+from ._correction import Correction, fit_correction
 from ._ops import OpSpec, plan_ops
 from ._table import DeviceTable, Row
 
 #: Feature groups of the whole-model calibration: the per-op sums of each are scaled.
 CALIBRATION_GROUPS = ("conv", "dwconv", "linear", "other")
 DEFAULT_TRANSFER_GBPS = 1.0
+#: Fewest calibration models a per-op correction is tried with.
+MIN_CORRECTION_MODELS = 20
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ class LatencyModel:
     method: str | None = None
     method_cv: dict[str, float] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)
+    #: the per-op correction of the calibration, where cross-validation keeps one
+    correction: Correction | None = None
     _fitted: dict[str, Any] = field(default_factory=dict, repr=False)
     _offload_model: LatencyModel | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
@@ -316,7 +322,8 @@ class LatencyModel:
         """Pick how the per-op sum becomes a whole-model prediction: the plain sum, the
         per-group scaled sum, in-context op times, or a blend of the two best of them
         (even, or 3:1 for the better one), by 5-fold cross-validated MAPE on the
-        calibration models; refit the winner on all of them.
+        calibration models; then whether a per-op correction of it (``_correction``)
+        predicts held-out models better still; refit the winner on all of them.
 
         Blends earn their place on tiny models (tens of microseconds), where the
         profiler's per-node cost is the size of a kernel and neither the profiled nor the
@@ -325,22 +332,23 @@ class LatencyModel:
         from sklearn.model_selection import KFold
 
         samples = self.calibration_samples()
-        self.method_cv = {}
+        self.method_cv, self.correction = {}, None
         oof: dict[str, np.ndarray] = {}
+        fold_fits: dict[str, list[Any]] = {}
         measured = np.array([s.measured_ms for s in samples])
+        folds = []
         if len(samples) >= 8:
             folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
             for method in ("sum", "groups", "context"):
+                fits = [self._fit(method, [samples[i] for i in train]) for train, _ in folds]
+                if any(f is None for f in fits):
+                    continue
                 pred = np.empty(len(samples))
-                for train, test in folds:
-                    fitted = self._fit(method, [samples[i] for i in train])
-                    if fitted is None:
-                        break
+                for (_, test), fitted in zip(folds, fits, strict=True):
                     for i in test:
                         pred[i] = self._predict_with(method, fitted, samples[i].specs)
-                else:
-                    oof[method] = pred
-                    self.method_cv[method] = float(np.mean(np.abs(pred / measured - 1)))
+                oof[method], fold_fits[method] = pred, fits
+                self.method_cv[method] = float(np.mean(np.abs(pred / measured - 1)))
         self.method, weights = "sum", {"sum": 1.0}
         if oof:
             ranked = sorted(oof, key=self.method_cv.__getitem__)
@@ -357,11 +365,62 @@ class LatencyModel:
         self._fitted = {m: self._fit(m, samples) for m in weights}
         self.coef = self._fitted.get("groups")
         self.context = self._fitted.get("context")
+        if len(samples) >= MIN_CORRECTION_MODELS and oof:
+            self._choose_correction(samples, folds, fold_fits, measured)
+
+    def _choose_correction(
+        self,
+        samples: list[Sample],
+        folds: list[Any],
+        fold_fits: dict[str, list[Any]],
+        measured: np.ndarray,
+    ) -> None:
+        """Fit a per-op correction of the chosen calibration where, with the ridge
+        strength cross-validation picks, it predicts held-out models better. Each fold
+        corrects the calibration fitted on its training models, as the final fit
+        corrects the one fitted on all of them."""
+
+        def blend(fits: dict[str, Any], specs: list[OpSpec]) -> float:
+            return sum(w * self._predict_with(m, fits[m], specs) for m, w in self.weights.items())
+
+        specs = [s.specs for s in samples]
+        base = [
+            np.array([blend({m: fold_fits[m][k] for m in self.weights}, s) for s in specs])
+            for k in range(len(folds))
+        ]
+        uncorrected = np.empty(len(samples))
+        for (_, test), calibrated in zip(folds, base, strict=True):
+            uncorrected[test] = calibrated[test]
+        before = np.abs(uncorrected / measured - 1)
+        best: tuple[float, float, np.ndarray] | None = None
+        for alpha in CORRECTION_ALPHAS:
+            pred = np.empty(len(samples))
+            for (train, test), calibrated in zip(folds, base, strict=True):
+                fit = fit_correction(
+                    [specs[i] for i in train], calibrated[train], measured[train], alpha
+                )
+                for i in test:
+                    pred[i] = calibrated[i] + fit.delta_ms(specs[i])
+            after = np.abs(pred / measured - 1)
+            if best is None or after.mean() < best[0]:
+                best = (float(after.mean()), alpha, after)
+        if best is None:
+            return
+        # kept only where it helps by more than one standard error of the paired gain:
+        # with hundreds of op keys and tens of models, a small CV gain is often luck
+        gain = before - best[2]
+        if gain.mean() <= gain.std(ddof=1) / np.sqrt(len(gain)):
+            return
+        calibrated = np.array([blend(self._fitted, s) for s in specs])
+        self.correction = fit_correction(specs, calibrated, measured, best[1])
+        self.method = f"{self.method}, per-op corrected"
+        self.method_cv[self.method] = best[0]
 
     def _calibrated(self, specs: list[OpSpec]) -> float:
-        return sum(
+        latency = sum(
             w * self._predict_with(m, self._fitted[m], specs) for m, w in self.weights.items()
         )
+        return latency + self.correction.delta_ms(specs) if self.correction else latency
 
     def predict_ops(self, specs: list[OpSpec]) -> LatencyEstimate:
         """Predict the latency of a model that runs ``specs``."""
