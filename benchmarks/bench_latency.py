@@ -4,7 +4,8 @@ For the digits CNN and torchvision mobilenet_v2 (random weights, 224x224): build
 bundle of a pruning + INT8 space, measure it with the device runner (ONNX Runtime, one
 thread, batch 1), and compare predictions with the measured latency of 50 seeded whole
 compressed models (seeds disjoint from the 60 calibration models; predictions are also
-made from the first 30 of them alone, side by side, to show what more calibration buys).
+made from the first 30 of them alone, and from all 60 without the per-op correction,
+side by side, to show what more calibration and the correction buy).
 Also times one prediction for a resnet50-size plan.
 
 Targets (latency-table issue): >= 95% of predictions within +/-10%, Kendall tau >= 0.9,
@@ -77,12 +78,13 @@ def case(
         table.profiles,
     )
     variants = (
-        ("sum (uncalibrated)", table, False),
-        (f"calibrated ({half} models)", fewer, True),
-        (f"calibrated ({calibration} models)", table, True),
+        ("sum (uncalibrated)", table, False, False),
+        (f"uncorrected ({calibration} models)", table, True, False),
+        (f"calibrated ({half} models)", fewer, True, True),
+        (f"calibrated ({calibration} models)", table, True, True),
     )
-    for label, source, calibrate in variants:
-        lm = LatencyModel(source, calibrate=calibrate)
+    for label, source, calibrate, correct in variants:
+        lm = LatencyModel(source, calibrate=calibrate, correct=correct)
         report = validate(
             lm,
             model=model,
@@ -90,10 +92,10 @@ def case(
             space=space,
             samples=samples,
             measure="table",
-            out_dir=tmp / name / label.split()[0],
+            out_dir=tmp / name / "-".join(label.split()[:2]).strip("(),"),
         )
         results[label] = report
-        if source is table and calibrate:
+        if source is table and correct:
             results["method"] = (
                 f"{lm.method} (CV MAPE "
                 + ", ".join(f"{k} {v:.1%}" for k, v in lm.method_cv.items())

@@ -249,6 +249,14 @@ def figure_rows(figs: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     "-",
                     None,
                 )
+            plain = next((k for k in c if k.startswith("uncorrected (")), None)
+            if plain:
+                add(
+                    f"{case}: without the per-op correction (side by side)",
+                    f"{c[plain]['within_10pct']:.0%} within, tau {c[plain]['kendall_tau']:.3f}",
+                    "-",
+                    None,
+                )
             rep = c["repeatability"]
             add(
                 f"{case}: the same models measured twice (ceiling)",

@@ -136,17 +136,22 @@ class LatencyModel:
     a whole graph pays once (layout conversions, quantize/dequantize at the edges): by
     per-group scale factors, by in-context op times from the runner's profiles, or by a
     blend of the two best of those, whichever predicts held-out calibration models best
-    (``method``, ``method_cv``, ``weights``).
+    (``method``, ``method_cv``, ``weights``); then, where it predicts them better still,
+    by a per-op correction learnt from the calibration models' residuals
+    (``correction``, ``_correction``).
 
     Args:
         table: the device's table.
         offload: the table of the device that runs ops ``table`` marks unsupported.
         calibrate: fit the whole-model calibration when the table has calibration models.
+        correct: try the per-op correction of the calibration (kept only where
+            cross-validation says it helps).
     """
 
     table: DeviceTable
     offload: DeviceTable | None = None
     calibrate: bool = True
+    correct: bool = True
     fallbacks: dict[str, FallbackFit] = field(default_factory=dict)
     coef: dict[str, float] | None = None
     context: ContextModel | None = None
@@ -365,7 +370,7 @@ class LatencyModel:
         self._fitted = {m: self._fit(m, samples) for m in weights}
         self.coef = self._fitted.get("groups")
         self.context = self._fitted.get("context")
-        if len(samples) >= MIN_CORRECTION_MODELS and oof:
+        if self.correct and len(samples) >= MIN_CORRECTION_MODELS and oof:
             self._choose_correction(samples, folds, fold_fits, measured)
 
     def _choose_correction(

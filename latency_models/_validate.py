@@ -381,6 +381,11 @@ def validate(
             "method": latency.method or "none",
             "weights": dict(latency.weights),
             "cv_mape": {k: round(v, 4) for k, v in latency.method_cv.items()},
+            "correction": (
+                {"alpha": latency.correction.alpha, "features": len(latency.correction.coef_ms)}
+                if latency.correction
+                else None
+            ),
         },
     )
     if out_dir is None:
