@@ -25,11 +25,14 @@ from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceStore, DeviceTable, write_rows
 from .runner import (
+    SLOW_RETRIES,
     WHOLE_MODEL_SESSIONS,
+    SlowSpells,
     combine_sessions,
     measure_bundle,
     normalise,
     open_session,
+    reference_level,
     session_options,
     time_session,
     visit_order,
@@ -266,23 +269,38 @@ def measure_models(
     fresh sessions of each, each timed for up to ``time_cap_s`` (beside ``reference``,
     in its units, when given), visited in a seeded random order so that a slow spell
     of the machine is spread over the models; a model's figure is the median over its
-    sessions. ``label`` names the models in progress output (none when empty)."""
+    sessions. Beside a reference, a session the reference says fell in one of the
+    machine's slow spells is timed again later (``SlowSpells``), as the device runner
+    does. ``label`` names the models in progress output (none when empty)."""
     if sessions < 1:
         raise ValueError(f"sessions must be at least 1, got {sessions}")
     visits = visit_order(dict.fromkeys(range(len(models)), sessions), seed)
     ref_run = local_run(reference[0], threads=threads) if reference is not None else None
+    spells = (
+        SlowSpells(reference_level(ref_run, local_run(reference[0], threads=threads)))
+        if ref_run is not None and reference is not None
+        else None
+    )
+    retimed: dict[int, int] = {}
     timed: dict[int, list[dict[str, float]]] = {}
     start = time.perf_counter()
-    for n, i in enumerate(visits):
+    n = 0
+    while n < len(visits):
+        i = visits[n]
+        n += 1
         m = models[i]
         run = local_run(m.read_bytes() if isinstance(m, Path) else m, threads=threads)
         stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
+        if spells is not None and spells.slow(stats) and retimed.get(i, 0) < SLOW_RETRIES:
+            retimed[i] = retimed.get(i, 0) + 1  # a slow spell: time it again later
+            visits.append(i)
+            continue
         timed.setdefault(i, []).append(
             normalise(stats, reference[1]) if reference is not None else stats
         )
-        if label and ((n + 1) % 50 == 0 or n + 1 == len(visits)):
+        if label and (n % 50 == 0 or n == len(visits)):
             print(
-                f"measured {label}: {n + 1}/{len(visits)} sessions "
+                f"measured {label}: {n}/{len(visits)} sessions "
                 f"({time.perf_counter() - start:.0f} s)",
                 file=sys.stderr,
             )
