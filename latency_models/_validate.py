@@ -292,8 +292,9 @@ def measure_models(
         run = local_run(m.read_bytes() if isinstance(m, Path) else m, threads=threads)
         stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
         if spells is not None and spells.slow(stats) and retimed.get(i, 0) < SLOW_RETRIES:
-            retimed[i] = retimed.get(i, 0) + 1  # a slow spell: time it again later
-            visits.append(i)
+            retimed[i] = retimed.get(i, 0) + 1  # a slow spell: wait, then time it again
+            spells.wait(ref_run)
+            visits.insert(n, i)
             continue
         timed.setdefault(i, []).append(
             normalise(stats, reference[1]) if reference is not None else stats

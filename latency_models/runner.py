@@ -60,6 +60,8 @@ WHOLE_MODEL_SESSIONS = 3
 #: again later (``SlowSpells``), at most ``SLOW_RETRIES`` times.
 SLOW_FACTOR = 1.2
 SLOW_RETRIES = 3
+#: The longest wait, in seconds, for a slow spell to pass before a session is retimed.
+SPELL_WAIT_S = 2.0
 
 
 def cpu_model() -> str:
@@ -197,6 +199,20 @@ class SlowSpells:
         calm = self.calm_ms()
         self.seen.append(ref)
         return ref > self.factor * calm
+
+    def wait(self, reference: Any, max_s: float = SPELL_WAIT_S) -> float:
+        """Run ``reference`` (twice per check, the second timed, as sessions time it)
+        until five in a row are calm again, for at most ``max_s``; the seconds waited."""
+        start = time.perf_counter()
+        calm = self.factor * self.calm_ms()
+        while time.perf_counter() - start < max_s:
+            times = []
+            for _ in range(5):
+                reference()
+                times.append(_timed(reference))
+            if statistics.median(times) <= calm:
+                break
+        return time.perf_counter() - start
 
 
 def reference_level(reference: Any, twin: Any, seconds: float = REFERENCE_LEVEL_S) -> float:
@@ -490,10 +506,11 @@ def measure_bundle(
                     and spells[role].slow(stats)
                     and retimed.get(model_id, 0) < SLOW_RETRIES
                 ):
-                    # timed in a slow spell: time this session again, later in the run
+                    # timed in a slow spell: wait for it to pass, then time it again
                     retimed[model_id] = retimed.get(model_id, 0) + 1
                     left[model_id] += 1
-                    visits.append(model_id)
+                    spells[role].wait(ref_run)
+                    visits.insert(n, model_id)
                     continue
                 timed.setdefault(model_id, []).append(normalise(stats, level_ms))
                 if left[model_id]:
