@@ -25,7 +25,6 @@ from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceStore, DeviceTable, write_rows
 from .runner import (
-    SLOW_RETRIES,
     WHOLE_MODEL_SESSIONS,
     SlowSpells,
     combine_sessions,
@@ -270,18 +269,17 @@ def measure_models(
     in its units, when given), visited in a seeded random order so that a slow spell
     of the machine is spread over the models; a model's figure is the median over its
     sessions. Beside a reference, a session the reference says fell in one of the
-    machine's slow spells is timed again later (``SlowSpells``), as the device runner
-    does. ``label`` names the models in progress output (none when empty)."""
+    machine's slow spells is timed again once the spell has passed (``SlowSpells``), as
+    the device runner does. ``label`` names the models in progress output (none when empty)."""
     if sessions < 1:
         raise ValueError(f"sessions must be at least 1, got {sessions}")
     visits = visit_order(dict.fromkeys(range(len(models)), sessions), seed)
     ref_run = local_run(reference[0], threads=threads) if reference is not None else None
     spells = (
-        SlowSpells(reference_level(ref_run, local_run(reference[0], threads=threads)))
+        SlowSpells(reference_level(ref_run, local_run(reference[0], threads=threads), 0.3))
         if ref_run is not None and reference is not None
         else None
     )
-    retimed: dict[int, int] = {}
     timed: dict[int, list[dict[str, float]]] = {}
     start = time.perf_counter()
     n = 0
@@ -291,10 +289,8 @@ def measure_models(
         m = models[i]
         run = local_run(m.read_bytes() if isinstance(m, Path) else m, threads=threads)
         stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
-        if spells is not None and spells.slow(stats) and retimed.get(i, 0) < SLOW_RETRIES:
-            retimed[i] = retimed.get(i, 0) + 1  # a slow spell: wait, then time it again
-            spells.wait(ref_run)
-            visits.insert(n, i)
+        if spells is not None and spells.retime(i, stats, ref_run):
+            visits.insert(n, i)  # timed in a slow spell: this visit again
             continue
         timed.setdefault(i, []).append(
             normalise(stats, reference[1]) if reference is not None else stats

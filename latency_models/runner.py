@@ -57,7 +57,7 @@ REFERENCE_OF = {"overhead": "op", "op": "op", "calibration": "model", "validatio
 #: which no amount of runs inside that session averages out.
 WHOLE_MODEL_SESSIONS = 3
 #: A session whose reference ran this much slower than the machine's calm level is timed
-#: again later (``SlowSpells``), at most ``SLOW_RETRIES`` times.
+#: again once the spell has passed (``SlowSpells``), at most ``SLOW_RETRIES`` times.
 SLOW_FACTOR = 1.2
 SLOW_RETRIES = 3
 #: The longest wait, in seconds, for a slow spell to pass before a session is retimed.
@@ -170,7 +170,8 @@ def combine_sessions(sessions: list[dict[str, float]]) -> dict[str, float]:
 
 
 class SlowSpells:
-    """Tells a session timed in one of a shared machine's slow spells, by its reference.
+    """Tells a session timed in one of a shared machine's slow spells, by its reference,
+    and has it timed again once the spell has passed.
 
     On a shared machine the timings of small models jump by 1.4-1.7x for seconds at a
     time (a neighbour's load), and not by the same factor for every model: the ratio to
@@ -184,6 +185,8 @@ class SlowSpells:
         self.level_ms = level_ms
         self.factor = factor
         self.seen: list[float] = []
+        #: sessions timed again, per model
+        self.retimed: dict[Any, int] = {}
 
     def calm_ms(self) -> float:
         if len(self.seen) < 5:
@@ -200,9 +203,20 @@ class SlowSpells:
         self.seen.append(ref)
         return ref > self.factor * calm
 
+    def retime(self, model: Any, stats: dict[str, float], reference: Any) -> bool:
+        """Whether ``model``'s session (``stats``) is to be timed again: it fell in a slow
+        spell and has been timed again fewer than ``SLOW_RETRIES`` times. If so, first
+        waits for the spell to pass (``wait``)."""
+        if not self.slow(stats) or self.retimed.get(model, 0) >= SLOW_RETRIES:
+            return False
+        self.retimed[model] = self.retimed.get(model, 0) + 1
+        self.wait(reference)
+        return True
+
     def wait(self, reference: Any, max_s: float = SPELL_WAIT_S) -> float:
         """Run ``reference`` (twice per check, the second timed, as sessions time it)
-        until five in a row are calm again, for at most ``max_s``; the seconds waited."""
+        until the median of five checks is calm again, for at most ``max_s``; the
+        seconds waited."""
         start = time.perf_counter()
         calm = self.factor * self.calm_ms()
         while time.perf_counter() - start < max_s:
@@ -477,7 +491,6 @@ def measure_bundle(
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         if new_file:
             writer.writeheader()
-        retimed: dict[str, int] = {}
         n = 0
         while n < len(visits):
             model_id = visits[n]
@@ -501,15 +514,8 @@ def measure_bundle(
                 role = REFERENCE_OF.get(entry["kind"], "")
                 ref_run, level_ms = refs.get(role, (None, 0.0))
                 stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
-                if (
-                    role in spells
-                    and spells[role].slow(stats)
-                    and retimed.get(model_id, 0) < SLOW_RETRIES
-                ):
-                    # timed in a slow spell: wait for it to pass, then time it again
-                    retimed[model_id] = retimed.get(model_id, 0) + 1
-                    left[model_id] += 1
-                    spells[role].wait(ref_run)
+                if role in spells and spells[role].retime(model_id, stats, ref_run):
+                    left[model_id] += 1  # timed in a slow spell: this visit again
                     visits.insert(n, model_id)
                     continue
                 timed.setdefault(model_id, []).append(normalise(stats, level_ms))
@@ -547,7 +553,7 @@ def measure_bundle(
     if visits:
         _progress(len(visits), len(visits), start, "done")
     meta["slow_sessions_retimed"] = int(meta.get("slow_sessions_retimed", 0)) + sum(
-        retimed.values()
+        count for spell in spells.values() for count in spell.retimed.values()
     )
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     return out
