@@ -144,6 +144,8 @@ class DeviceTable:
             "reference_level_ms": {
                 role: ref.get("level_ms") for role, ref in self.meta.get("references", {}).items()
             },
+            # sessions the runner timed again because they fell in a slow spell
+            "slow_sessions_retimed": self.meta.get("slow_sessions_retimed"),
             "calibration_models": len(self.whole_models("calibration")),
             "validation_models": len(self.whole_models("validation")),
             "energy_column": any(r.energy_mj is not None for r in self.rows),

@@ -79,6 +79,7 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
     assert main(["lut", "show", "pi"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["active_power_w"] == 3.5 and summary["validation_models"] == 4
+    assert isinstance(summary["slow_sessions_retimed"], int)  # the runner's count
     out = tmp_path / "val"
     assert (
         main(
