@@ -7,6 +7,7 @@ The same key names an op in the bundle, in the device table and in a prediction,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -58,8 +59,10 @@ class OpSpec:
             return "linear"
         return self.op_type.lower()
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """The op's table key (computed once per spec: every prediction looks ops up by it,
+        and the per-op correction counts them by it)."""
         shapes = ";".join("x".join(map(str, s)) for s in self.input_shapes)
         parts = [self.name, f"in={shapes}", "out=" + "x".join(map(str, self.output_shape))]
         if self.kernel:
