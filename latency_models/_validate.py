@@ -31,7 +31,6 @@ from .runner import (
     measure_bundle,
     normalise,
     open_session,
-    reference_level,
     session_options,
     time_session,
     visit_order,
@@ -275,11 +274,7 @@ def measure_models(
         raise ValueError(f"sessions must be at least 1, got {sessions}")
     visits = visit_order(dict.fromkeys(range(len(models)), sessions), seed)
     ref_run = local_run(reference[0], threads=threads) if reference is not None else None
-    spells = (
-        SlowSpells(reference_level(ref_run, local_run(reference[0], threads=threads), 0.3))
-        if ref_run is not None and reference is not None
-        else None
-    )
+    spells = SlowSpells() if ref_run is not None else None
     timed: dict[int, list[dict[str, float]]] = {}
     start = time.perf_counter()
     n = 0

@@ -178,30 +178,32 @@ class SlowSpells:
     the reference beside them moves by 5-25%, so normalising does not undo it. A session
     of a small model lasts milliseconds, so it falls wholly inside a spell or outside;
     the reference's median over the session tells which. The calm level is the low
-    quantile of the reference medians seen so far (and the measured level at start).
+    quantile of the reference medians of the sessions seen so far; the first
+    ``MIN_SEEN`` sessions only set it. (Not the reference level the run measures at
+    start: that is timed beside the reference's twin, and a small reference runs
+    faster there than beside other models, which would make every session look slow.)
     """
 
-    def __init__(self, level_ms: float, factor: float = SLOW_FACTOR) -> None:
-        self.level_ms = level_ms
+    MIN_SEEN = 5
+
+    def __init__(self, factor: float = SLOW_FACTOR) -> None:
         self.factor = factor
         self.seen: list[float] = []
         #: sessions timed again, per model
         self.retimed: dict[Any, int] = {}
 
     def calm_ms(self) -> float:
-        if len(self.seen) < 5:
-            return self.level_ms
-        return min(self.level_ms, _quantile(sorted(self.seen), 0.2))
+        return _quantile(sorted(self.seen), 0.2)
 
     def slow(self, stats: dict[str, float]) -> bool:
         """Whether ``stats`` (``time_session`` beside a reference) came from a slow spell;
         every call also adds its reference median to what is seen."""
         ref = stats.get("reference_ms")
-        if ref is None or not self.level_ms:
+        if ref is None:
             return False
-        calm = self.calm_ms()
+        slow = len(self.seen) >= self.MIN_SEEN and ref > self.factor * self.calm_ms()
         self.seen.append(ref)
-        return ref > self.factor * calm
+        return slow
 
     def retime(self, model: Any, stats: dict[str, float], reference: Any) -> bool:
         """Whether ``model``'s session (``stats``) is to be timed again: it fell in a slow
@@ -464,13 +466,11 @@ def measure_bundle(
             for role, entry in roles.items():
                 data = zf.read(entry["file"])
                 ref_run = session(data)[0]
-                # the reference's level now, in this run's session (a resumed table
-                # keeps its first level as its units; slow spells are judged by now's)
-                now_ms = reference_level(ref_run, session(data)[0])
                 if role not in levels:
-                    levels[role] = {"key": entry["key"], "level_ms": now_ms}
+                    level = reference_level(ref_run, session(data)[0])
+                    levels[role] = {"key": entry["key"], "level_ms": level}
                 refs[role] = (ref_run, float(levels[role]["level_ms"]))
-                spells[role] = SlowSpells(now_ms)
+                spells[role] = SlowSpells()
                 Path(f"{out}.reference-{role}.onnx").write_bytes(data)
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     done = _done_ids(out)
