@@ -146,12 +146,15 @@ class LatencyModel:
         calibrate: fit the whole-model calibration when the table has calibration models.
         correct: try the per-op correction of the calibration (kept only where
             cross-validation says it helps).
+        gap_glue: let the ``context`` calibration learn the glue of each gap between
+            ops from the profiles (off only to compare).
     """
 
     table: DeviceTable
     offload: DeviceTable | None = None
     calibrate: bool = True
     correct: bool = True
+    gap_glue: bool = True
     fallbacks: dict[str, FallbackFit] = field(default_factory=dict)
     coef: dict[str, float] | None = None
     context: ContextModel | None = None
@@ -302,7 +305,7 @@ class LatencyModel:
             for s in samples
             if s.profile is not None and s.op_nodes is not None
         ]
-        return fit_context(profiled, self._isolated_ms)
+        return fit_context(profiled, self._isolated_ms, gaps=self.gap_glue)
 
     def _isolated_ms(self, spec: OpSpec) -> float:
         return self.op_cost(spec, native=True).latency_ms

@@ -90,3 +90,66 @@ def test_context_fits_glue_to_unprofiled_latency() -> None:
     held_out = [plan() for _ in range(20)]
     errors = [abs(model.predict(s, op_ms) / truth(s) - 1) for s in held_out]
     assert max(errors) < 0.01
+
+
+def test_gap_glue_follows_execution_order() -> None:
+    from frontier.latency_models._context import gap_glue
+
+    nodes = {
+        "Transpose_token_0": ["Transpose", 3.0],  # before any op: the model's input
+        "op0/Conv": ["Conv", 50.0],
+        "ReorderOutput": ["ReorderOutput", 4.0],
+        "op0_QuantizeLinear": ["QuantizeLinear", 6.0],
+        "op1/Conv_quant": ["QLinearConv", 20.0],
+        "op1_DequantizeLinear": ["DequantizeLinear", 8.0],
+        "model_run": ["", 100.0],
+    }
+    gaps = gap_glue(nodes, [["op0/Conv"], ["op1/Conv"]])
+    assert gaps == {-1: 0.003, 0: 0.01, 1: 0.008}
+
+
+def test_context_learns_glue_per_gap() -> None:
+    """Glue that is not linear in the crossing tensor's size (here a transpose into 8
+    channels costs five times one into 32): the per-gap glue learnt from profiles
+    predicts held-out models that the size-linear boundary predictors alone miss."""
+    from frontier.latency_models._context import fit_context
+
+    rng = np.random.default_rng(1)
+
+    def plan() -> list[OpSpec]:
+        chans = [3, *(int(c) for c in rng.choice([8, 16, 32], size=5))]
+        precisions = rng.choice(["fp32", "int8"], size=5)
+        return [
+            _spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)
+        ]
+
+    def op_ms(spec: OpSpec) -> float:
+        return 0.002 * spec.input_shapes[0][1] * spec.output_shape[1] / 8
+
+    def gap_ms(a: OpSpec, b: OpSpec) -> float:
+        if a.precision == b.precision:
+            return 0.0
+        return 0.02 if a.output_shape[1] == 8 else 0.004
+
+    def profile(specs: list[OpSpec]) -> dict[str, list]:
+        nodes: dict[str, list] = {}
+        for i, s in enumerate(specs):
+            if i and gap_ms(specs[i - 1], s):  # profiled: twice the cost, plus 5 us
+                nodes[f"glue{i}"] = ["Transpose", 1000 * (2 * gap_ms(specs[i - 1], s) + 0.005)]
+            nodes[f"op{i}/Conv"] = ["Conv", 1000 * op_ms(s)]
+        return nodes
+
+    def truth(specs: list[OpSpec]) -> float:
+        return sum(map(op_ms, specs)) + sum(map(gap_ms, specs, specs[1:])) + 0.01
+
+    samples = []
+    for _ in range(40):
+        specs = plan()
+        samples.append((specs, [[f"op{i}/Conv"] for i in range(5)], profile(specs), truth(specs)))
+    held_out = [plan() for _ in range(30)]
+    mape = {}
+    for gaps in (True, False):
+        model = fit_context(samples, op_ms, gaps=gaps)
+        assert model is not None
+        mape[gaps] = np.mean([abs(model.predict(s, op_ms) / truth(s) - 1) for s in held_out])
+    assert mape[True] < 0.01 < mape[False]
