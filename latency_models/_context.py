@@ -40,52 +40,38 @@ GLUE = {
 }
 
 
-def _owners(nodes: dict[str, Any], op_nodes: list[list[str]]) -> list[tuple[int | None, float]]:
-    """Each profiled node, in the profile's (execution) order: the op it belongs to (None
-    for glue) and its time in ms.
+def split_profile(
+    nodes: dict[str, Any], op_nodes: list[list[str]]
+) -> tuple[list[float], dict[int, float], float]:
+    """Split a profile into per-op kernel times (ms), glue time per gap between ops (ms)
+    and the run (ms).
 
     A node belongs to the op whose ONNX node or output name is the longest prefix of the
-    node's name (ONNX Runtime names fused nodes after the fused chain's output).
+    node's name (ONNX Runtime names fused nodes after the fused chain's output). Glue
+    (GLUE types, and nodes no op owns) goes to the gap it runs in, by the profile's
+    execution order: after op ``i`` and before the next op, gap ``i``; before any op, -1.
     """
     ids = sorted(
         ((name, i) for i, names in enumerate(op_nodes) for name in names),
         key=lambda t: -len(t[0]),
     )
-    owned = []
+    per_op = [0.0] * len(op_nodes)
+    gaps: dict[int, float] = {}
+    last = -1
     for node, (op_name, us) in nodes.items():
         if node == "model_run":
             continue
+        ms = float(us) / 1000.0
         owner = None
         if op_name not in GLUE:
             owner = next((i for name, i in ids if node.startswith(name)), None)
-        owned.append((owner, float(us) / 1000.0))
-    return owned
-
-
-def attribute(nodes: dict[str, Any], op_nodes: list[list[str]]) -> tuple[list[float], float, float]:
-    """Split a profile into per-op kernel times (ms), glue time (ms) and the run (ms)."""
-    per_op = [0.0] * len(op_nodes)
-    glue = 0.0
-    for owner, ms in _owners(nodes, op_nodes):
-        if owner is None:
-            glue += ms
-        else:
-            per_op[owner] += ms
-    run_ms = float(nodes.get("model_run", ["", math.nan])[1]) / 1000.0
-    return per_op, glue, run_ms
-
-
-def gap_glue(nodes: dict[str, Any], op_nodes: list[list[str]]) -> dict[int, float]:
-    """Glue time (ms) per gap between ops: the glue nodes run after op ``i`` and before
-    the next op go to gap ``i``; those run before any op, to gap -1."""
-    gaps: dict[int, float] = {}
-    last = -1
-    for owner, ms in _owners(nodes, op_nodes):
         if owner is None:
             gaps[last] = gaps.get(last, 0.0) + ms
         else:
+            per_op[owner] += ms
             last = max(last, owner)
-    return gaps
+    run_ms = float(nodes.get("model_run", ["", math.nan])[1]) / 1000.0
+    return per_op, gaps, run_ms
 
 
 def _gap_tensor(specs: list[OpSpec], i: int) -> tuple[int, ...]:
@@ -130,8 +116,8 @@ class GapGlue:
 
 
 def fit_gap_glue(samples: list[tuple[list[OpSpec], dict[int, float]]]) -> GapGlue:
-    """Median glue per gap key over the calibration models' gaps (``gap_glue`` of each
-    profile), and a non-negative line per direction for gaps none of them had."""
+    """Median glue per gap key over the calibration models' gaps (from ``split_profile``
+    of each profile), and a non-negative line per direction for gaps none of them had."""
     from scipy.optimize import nnls
 
     fine: dict[str, list[float]] = {}
@@ -228,8 +214,10 @@ def fit_context(
         return None
     in_context: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {}
+    gap_samples = []
     for specs, op_nodes, nodes, _ in samples:
-        per_op, _, _ = attribute(nodes, op_nodes)
+        per_op, gaps_ms, _ = split_profile(nodes, op_nodes)
+        gap_samples.append((specs, gaps_ms))
         for spec, ms in zip(specs, per_op, strict=True):
             if ms <= 0:
                 continue
@@ -241,9 +229,7 @@ def fit_context(
     ratio = {k: statistics.median(v) for k, v in ratios.items()}
     all_ratios = [r for v in ratios.values() for r in v]
     ratio["*"] = statistics.median(all_ratios) if all_ratios else 1.0
-    gap_fit = None
-    if gaps:
-        gap_fit = fit_gap_glue([(specs, gap_glue(nodes, ops)) for specs, ops, nodes, _ in samples])
+    gap_fit = fit_gap_glue(gap_samples) if gaps else None
     model = ContextModel(op_ms, ratio, np.zeros(4), 1.0, len(samples), gap_fit)
     # latency ~ scale * in-context op sum + gap glue + boundary glue, all coefficients >= 0
     x = np.array(

@@ -1,7 +1,7 @@
 import numpy as np
 
 from frontier.latency_models import LatencyModel
-from frontier.latency_models._context import attribute, boundary_features
+from frontier.latency_models._context import boundary_features, split_profile
 from frontier.latency_models._ops import OpSpec
 
 
@@ -23,8 +23,8 @@ def test_attribute_splits_profile_by_op_names() -> None:
         ],
         ["/f/f.1/conv/Conv", "/f/f.1/conv/Conv_output_0", "/f/f.1/Add", "/f/f.1/Add_output_0"],
     ]
-    per_op, glue, run = attribute(nodes, op_nodes)
-    assert per_op == [0.1, 0.05] and glue == 0.012 and run == 0.2
+    per_op, gaps, run = split_profile(nodes, op_nodes)
+    assert per_op == [0.1, 0.05] and gaps == {1: 0.012} and run == 0.2
 
 
 def _spec(precision: str, cin: int, cout: int) -> OpSpec:
@@ -92,9 +92,7 @@ def test_context_fits_glue_to_unprofiled_latency() -> None:
     assert max(errors) < 0.01
 
 
-def test_gap_glue_follows_execution_order() -> None:
-    from frontier.latency_models._context import gap_glue
-
+def test_glue_goes_to_the_gap_it_runs_in() -> None:
     nodes = {
         "Transpose_token_0": ["Transpose", 3.0],  # before any op: the model's input
         "op0/Conv": ["Conv", 50.0],
@@ -104,7 +102,7 @@ def test_gap_glue_follows_execution_order() -> None:
         "op1_DequantizeLinear": ["DequantizeLinear", 8.0],
         "model_run": ["", 100.0],
     }
-    gaps = gap_glue(nodes, [["op0/Conv"], ["op1/Conv"]])
+    _, gaps, _ = split_profile(nodes, [["op0/Conv"], ["op1/Conv"]])
     assert gaps == {-1: 0.003, 0: 0.01, 1: 0.008}
 
 
