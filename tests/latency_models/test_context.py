@@ -31,6 +31,17 @@ def _spec(precision: str, cin: int, cout: int) -> OpSpec:
     return OpSpec("Conv", (), ((1, cin, 4, 4),), (1, cout, 4, 4), (), (1, 1), 1, precision)
 
 
+def _random_plan(rng: np.random.Generator, n_ops: int) -> list[OpSpec]:
+    """A chain of ``n_ops`` convolutions with random widths and precisions."""
+    chans = [3, *(int(c) for c in rng.choice([8, 16, 32], size=n_ops))]
+    precisions = rng.choice(["fp32", "int8"], size=n_ops)
+    return [_spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)]
+
+
+def _op_ms(spec: OpSpec) -> float:
+    return 0.002 * spec.input_shapes[0][1] * spec.output_shape[1] / 8
+
+
 def test_boundary_features_count_int8_regions() -> None:
     specs = [_spec("fp32", 3, 8), _spec("int8", 8, 8), _spec("int8", 8, 4), _spec("fp32", 4, 2)]
     q, dq, n, const = boundary_features(specs)
@@ -60,14 +71,9 @@ def test_context_fits_glue_to_unprofiled_latency() -> None:
     rng = np.random.default_rng(0)
 
     def plan() -> list[OpSpec]:
-        chans = [3, *(int(c) for c in rng.choice([8, 16, 32], size=4))]
-        precisions = rng.choice(["fp32", "int8"], size=4)
-        return [
-            _spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)
-        ]
+        return _random_plan(rng, 4)
 
-    def op_ms(spec: OpSpec) -> float:
-        return 0.002 * spec.input_shapes[0][1] * spec.output_shape[1] / 8
+    op_ms = _op_ms
 
     def truth(specs: list[OpSpec]) -> float:
         q, dq, n, _ = boundary_features(specs)
@@ -115,14 +121,9 @@ def test_context_learns_glue_per_gap() -> None:
     rng = np.random.default_rng(1)
 
     def plan() -> list[OpSpec]:
-        chans = [3, *(int(c) for c in rng.choice([8, 16, 32], size=5))]
-        precisions = rng.choice(["fp32", "int8"], size=5)
-        return [
-            _spec(str(p), a, b) for p, a, b in zip(precisions, chans[:-1], chans[1:], strict=True)
-        ]
+        return _random_plan(rng, 5)
 
-    def op_ms(spec: OpSpec) -> float:
-        return 0.002 * spec.input_shapes[0][1] * spec.output_shape[1] / 8
+    op_ms = _op_ms
 
     def gap_ms(a: OpSpec, b: OpSpec) -> float:
         if a.precision == b.precision:
