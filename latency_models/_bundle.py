@@ -29,8 +29,8 @@ from frontier.spaces import (
     swap_activations,
 )
 
-from ._ops import OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
-from ._templates import Templates, build_templates
+from ._ops import INT8_FP32_ADD, OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
+from ._templates import WEIGHTED, Templates, build_templates
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
 TEACHER = "teacher"
@@ -100,6 +100,9 @@ def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> Spac
 
 
 def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
+    """The op model in INT8 as it runs inside a whole model: a weighted op quantized
+    (with its residual Add in FP32 for ``INT8_FP32_ADD``), any other op on 8-bit tensors
+    (``_passthrough_int8``)."""
     rng = np.random.default_rng(0)
     feeds = [
         {
@@ -108,11 +111,61 @@ def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
         }
         for _ in range(2)
     ]
+    weighted = spec.op_type in WEIGHTED
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
-        src.write_bytes(model_bytes)
-        quantize_onnx_int8(src, dst, feeds)
-        return dst.read_bytes()
+        src.write_bytes(model_bytes if weighted else _prefixed(model_bytes))
+        quantize_onnx_int8(
+            src, dst, feeds, exclude=["add"] if spec.precision == INT8_FP32_ADD else ()
+        )
+        return dst.read_bytes() if weighted else _unprefixed(dst.read_bytes())
+
+
+#: Name of the Add (of zero) put before each input of a pass-through op's model.
+_PREFIX = "int8_source"
+
+
+def _prefixed(model_bytes: bytes) -> bytes:
+    """The op model with an Add of zero before each input. The quantizer runs an op such
+    as MaxPool or Flatten in INT8 only when its input comes quantized, as it does from an
+    INT8 layer in a whole model; the Add (which it always quantizes) plays that layer."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    proto = onnx.load_from_string(model_bytes)
+    graph = proto.graph
+    inputs = [i.name for i in graph.input]
+    zero = numpy_helper.from_array(np.zeros(1, dtype=np.float32), f"{_PREFIX}_zero")
+    graph.initializer.append(zero)
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in inputs:
+                node.input[k] = f"{_PREFIX}_{name}"
+    adds = [
+        helper.make_node("Add", [name, zero.name], [f"{_PREFIX}_{name}"], name=f"{_PREFIX}{i}")
+        for i, name in enumerate(inputs)
+    ]
+    for i, node in enumerate(adds):
+        graph.node.insert(i, node)
+    return bytes(proto.SerializeToString())
+
+
+def _unprefixed(model_bytes: bytes) -> bytes:
+    """The quantized op model without the Adds ``_prefixed`` put in: each input goes,
+    quantized, straight to the op."""
+    import onnx
+
+    proto = onnx.load_from_string(model_bytes)
+    graph = proto.graph
+    adds = [n for n in graph.node if n.name.startswith(_PREFIX)]
+    bypass = {n.output[0]: n.input[0] for n in adds}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in bypass:
+                node.input[k] = bypass[name]
+    for node in adds:
+        graph.node.remove(node)
+    return bytes(proto.SerializeToString())
 
 
 def reference_op(ops: list[OpSpec]) -> OpSpec | None:
@@ -132,7 +185,7 @@ def reference_op(ops: list[OpSpec]) -> OpSpec | None:
 def op_model_bytes(spec: OpSpec) -> bytes:
     """The serialized ONNX model that measures ``spec`` (INT8 through ONNX Runtime)."""
     data: bytes = build_onnx(spec).SerializeToString()
-    return _int8(data, spec) if spec.precision == "int8" else data
+    return _int8(data, spec) if spec.precision.startswith("int8") else data
 
 
 def _progress(label: str, done: int, total: int, start: float) -> None:

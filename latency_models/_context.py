@@ -144,22 +144,26 @@ def fit_gap_glue(samples: list[tuple[list[OpSpec], dict[int, float]]]) -> GapGlu
 
 def boundary_features(specs: list[OpSpec]) -> np.ndarray:
     """Glue predictors of a plan: elements entering and leaving INT8 regions (millions),
-    the number of such boundaries, and a constant."""
-    weighted = [s for s in specs if s.op_type in ("Conv", "Gemm", "MatMul")]
+    the number of such boundaries, and a constant. An op enters an INT8 region when it
+    runs INT8 after one that does not, and leaves it when it runs FP32 after an INT8 one;
+    an INT8 op with an FP32 residual Add leaves it by itself."""
     q = dq = 0.0
     n = 0
-    previous = "fp32"
-    last: OpSpec | None = None
-    for s in weighted:
-        if s.precision != previous:
+    previous = "fp32"  # what the graph input comes in
+    for s in specs:
+        runs_int8 = s.precision.startswith("int8")
+        if runs_int8 and previous == "fp32":
+            q += math.prod(s.input_shapes[0])
             n += 1
-            if s.precision == "int8":
-                q += math.prod(s.input_shapes[0])
-            elif last is not None:
-                dq += math.prod(last.output_shape)
-        previous, last = s.precision, s
-    if previous == "int8" and last is not None:
-        dq += math.prod(last.output_shape)
+        elif not runs_int8 and previous == "int8":
+            dq += math.prod(s.input_shapes[0])
+            n += 1
+        previous = "int8" if s.precision == "int8" else "fp32"
+        if runs_int8 and previous == "fp32":
+            dq += math.prod(s.output_shape)
+            n += 1
+    if previous == "int8":
+        dq += math.prod(specs[-1].output_shape)
         n += 1
     return np.array([q / 1e6, dq / 1e6, float(n), 1.0])
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from frontier.spaces import CompressionPlan, SearchSpace, int8_layers, kept_channels
+from frontier.spaces._export import int8_op_types
 
 from ._templates import WEIGHTED, OpTemplate, Templates
 
@@ -91,7 +92,7 @@ class OpSpec:
     @property
     def bytes_moved(self) -> int:
         """Input, output and weight bytes at this op's precision (activations FP32/INT8)."""
-        per = 1 if self.precision == "int8" else 4
+        per = 1 if self.precision.startswith("int8") else 4
         acts = sum(math.prod(s) for s in self.input_shapes) + math.prod(self.output_shape)
         weights = 0
         if self.op_type == "Conv":
@@ -168,20 +169,47 @@ def instantiate(
     )
 
 
-def plan_precision(t: OpTemplate, int8: set[str]) -> str:
-    """INT8 for a weighted op whose layer ``export_onnx`` runs as INT8 (``int8``, from
-    ``int8_layers(plan)``); everything else runs in FP32."""
-    return "int8" if t.op_type in WEIGHTED and t.module in int8 else "fp32"
+#: An INT8 kernel whose fused residual Add runs in FP32: its other input comes in FP32, so
+#: the runtime dequantizes the kernel's output and adds in FP32 (``fp32_nodes``).
+INT8_FP32_ADD = "int8-fp32add"
+
+
+def _int8_out(precisions: list[str], source: int) -> bool:
+    return source >= 0 and precisions[source] == "int8"
+
+
+def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
+    """The precision each op runs at when the layers ``int8`` (``int8_layers(plan)``) go
+    INT8, by the rule ``export_onnx`` quantizes with (``fp32_nodes``): a weighted op runs
+    INT8 when its layer does (its fused residual Add too, when the Add's other input
+    comes in INT8); any other op runs INT8 when ONNX Runtime can run its type in INT8 and
+    every input comes in INT8, so a MaxPool or a global pooling after an INT8 layer runs
+    on 8-bit tensors, and one after an FP32 layer in FP32."""
+    out: list[str] = []
+    for t in templates.ops:
+        if t.op_type in WEIGHTED:
+            precision = "fp32"
+            if t.module in int8:
+                precision = "int8"
+                if "Add" in t.fused and not _int8_out(out, t.sources[-1]):
+                    precision = INT8_FP32_ADD
+        elif (
+            t.op_type in int8_op_types() and t.sources and all(_int8_out(out, i) for i in t.sources)
+        ):
+            precision = "int8"
+        else:
+            precision = "fp32"
+        out.append(precision)
+    return out
 
 
 def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
     """The ops a model compressed by ``plan`` runs (memoized per template and shape, since
     a search asks for the same few shapes over and over)."""
     keep = templates.keep(plan)
-    int8 = set(int8_layers(plan))
+    precisions = op_precisions(templates, set(int8_layers(plan)))
     out = []
-    for i, t in enumerate(templates.ops):
-        precision = plan_precision(t, int8)
+    for i, (t, precision) in enumerate(zip(templates.ops, precisions, strict=True)):
         sparsity = plan.sparsity.get(t.module, 0.0) if t.op_type in WEIGHTED else 0.0
         memo_key = (i, precision, sparsity, *(keep[g] for g in t.group_names))
         spec = templates.memo.get(memo_key)
@@ -202,24 +230,43 @@ def _keep_choices(templates: Templates, space: SearchSpace) -> dict[str, list[in
     return choices
 
 
-def _precisions(t: OpTemplate, space: SearchSpace) -> list[str]:
-    if t.op_type not in WEIGHTED:
-        return ["fp32"]
-    layer = next((q for q in space.layers if q.name == t.module), None)
-    if layer is not None and 8 in layer.weight_bits and 8 in layer.act_bits:
-        return ["fp32", "int8"]
-    return ["fp32"]
+def _precisions(templates: Templates, space: SearchSpace) -> list[list[str]]:
+    """Every precision each op can run at under some plan of ``space`` (``op_precisions``):
+    a weighted op INT8 where its layer may take 8/8 bits (and INT8 with an FP32 residual
+    Add where that Add's other input may come in FP32); any other op INT8 where ONNX
+    Runtime runs its type in INT8 and all its inputs may come in INT8."""
+    can = {q.name for q in space.layers if 8 in q.weight_bits and 8 in q.act_bits}
+    out: list[list[str]] = []
+    for t in templates.ops:
+        options = ["fp32"]
+        if t.op_type in WEIGHTED:
+            add = t.sources[-1] if "Add" in t.fused and t.sources else None
+            if t.module in can and add is None:
+                options.append("int8")
+            elif t.module in can and add is not None:
+                if add >= 0 and "int8" in out[add]:
+                    options.append("int8")
+                options.append(INT8_FP32_ADD)
+        elif (
+            t.op_type in int8_op_types()
+            and t.sources
+            and all(i >= 0 and "int8" in out[i] for i in t.sources)
+        ):
+            options.append("int8")
+        out.append(options)
+    return out
 
 
 def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
     """Every distinct op any plan of ``space`` can produce (deduplicated by key)."""
     choices = _keep_choices(templates, space)
+    precisions = _precisions(templates, space)
     seen: set[str] = set()
-    for t in templates.ops:
+    for t, options in zip(templates.ops, precisions, strict=True):
         names = t.group_names
         for combo in itertools.product(*(choices[n] for n in names)):
             keep = dict(zip(names, combo, strict=True))
-            for precision in _precisions(t, space):
+            for precision in options:
                 spec = instantiate(t, keep, precision)
                 if spec.key not in seen:
                     seen.add(spec.key)

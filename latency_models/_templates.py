@@ -82,6 +82,8 @@ class OpTemplate:
     act_attrs: tuple[tuple[str, Any], ...] = ()
     consts: tuple[tuple[int, tuple[int, ...], tuple[float, ...]], ...] = ()  # (pos, dims, values)
     nodes: tuple[str, ...] = ()  # ONNX node and output names of the chain (profile matching)
+    #: per data input (``inputs`` order), the index of the op producing it; -1: a graph input
+    sources: tuple[int, ...] = ()
 
     @functools.cached_property
     def group_names(self) -> tuple[str, ...]:
@@ -165,6 +167,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
         if vi.name not in inits:
             s = shapes[vi.name]
             exprs[vi.name] = Expr((), s[1] if len(s) > 1 else s[0])
+    producer: dict[str, int] = {}  # tensor -> index of the op that computes it
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
@@ -188,6 +191,8 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
             for out in node.output:
                 if data_inputs and data_inputs[0] in exprs:
                     exprs[out] = exprs[data_inputs[0]]
+                if data_inputs and data_inputs[0] in producer:
+                    producer[out] = producer[data_inputs[0]]
             continue
         first = data_inputs[0]
         in_t = tensor(first)
@@ -230,6 +235,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
             out_expr = in_t.channels
         exprs[out_name] = out_expr
         inputs = [tensor(name) for name in data_inputs]
+        sources = [producer.get(name, -1) for name in data_inputs]
         consts = tuple(
             (pos, tuple(inits[name]), tuple(float(v) for v in values[name].ravel()))
             for pos, name in enumerate(node.input)
@@ -237,6 +243,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
         )
         fused: list[str] = []
         names = [node.name, *node.output]
+        outputs = list(node.output)
         act_attrs: tuple[tuple[str, Any], ...] = ()
         if node.op_type in WEIGHTED:
             # Follow the runtime's fusion: [residual Add] then [activation].
@@ -254,6 +261,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                     if len(other) != 1 or other[0] in inits or other[0] not in exprs:
                         break
                     inputs.append(tensor(other[0]))
+                    sources.append(producer.get(other[0], -1))
                 elif nxt.op_type in FUSED_ACTIVATIONS and not any(
                     f in FUSED_ACTIVATIONS for f in fused
                 ):
@@ -269,9 +277,12 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                     break
                 fused.append(nxt.op_type)
                 names += [nxt.name, *nxt.output]
+                outputs += nxt.output
                 absorbed.add(nxt.name)
                 exprs[nxt.output[0]] = out_expr
                 current = nxt.output[0]
+        for name in outputs:
+            producer[name] = len(ops)
         ops.append(
             OpTemplate(
                 op_type=node.op_type,
@@ -285,6 +296,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                 act_attrs=act_attrs,
                 consts=consts,
                 nodes=tuple(n for n in names if n),
+                sources=tuple(sources),
             )
         )
     group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups}

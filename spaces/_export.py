@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import tempfile
@@ -242,12 +243,24 @@ def _quantize_int8(
     quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude)
 
 
+@functools.cache
+def int8_op_types() -> frozenset[str]:
+    """The op types ONNX Runtime's static quantizer can run as INT8 (QOperator format):
+    QLinear kernels (Add, GlobalAveragePool, Concat, ...) and ops that pass 8-bit tensors
+    through (MaxPool, Flatten, Reshape, ...)."""
+    from onnxruntime.quantization.registry import QLinearOpsRegistry
+
+    return frozenset(QLinearOpsRegistry)
+
+
 def fp32_nodes(proto: Any, int8_layers: set[str]) -> list[str]:
     """The nodes of an FP32 graph to keep in FP32 when ``int8_layers`` go INT8: weighted
     nodes of other layers, and every other node unless all its tensor inputs come from
-    INT8 nodes. A residual Add, a pooling or a reshape between FP32 layers then stays FP32
-    (fused into the convolution before it) instead of being wrapped in Quantize and
-    Dequantize nodes of its own; one inside or right after an INT8 region runs INT8."""
+    INT8 nodes and ONNX Runtime can run its type in INT8 (``int8_op_types``). A residual
+    Add, a pooling or a reshape between FP32 layers then stays FP32 (fused into the
+    convolution before it) instead of being wrapped in Quantize and Dequantize nodes of
+    its own; one inside or right after an INT8 region runs INT8. ``plan_ops`` of the
+    latency models follows the same rule to price each op at the precision it runs."""
     constants = {i.name for i in proto.graph.initializer}
     int8_tensors: set[str] = set()
     exclude = []
@@ -259,7 +272,11 @@ def fp32_nodes(proto: Any, int8_layers: set[str]) -> list[str]:
             int8 = onnx_module_name(node.name) in int8_layers
         else:
             data = [i for i in node.input if i and i not in constants]
-            int8 = bool(data) and all(i in int8_tensors for i in data)
+            int8 = (
+                node.op_type in int8_op_types()
+                and bool(data)
+                and all(i in int8_tensors for i in data)
+            )
         if int8:
             int8_tensors.update(node.output)
         else:

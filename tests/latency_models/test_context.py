@@ -2,7 +2,7 @@ import numpy as np
 
 from frontier.latency_models import LatencyModel
 from frontier.latency_models._context import boundary_features, split_profile
-from frontier.latency_models._ops import OpSpec
+from frontier.latency_models._ops import INT8_FP32_ADD, OpSpec
 
 
 def test_attribute_splits_profile_by_op_names() -> None:
@@ -46,6 +46,10 @@ def test_boundary_features_count_int8_regions() -> None:
     specs = [_spec("fp32", 3, 8), _spec("int8", 8, 8), _spec("int8", 8, 4), _spec("fp32", 4, 2)]
     q, dq, n, const = boundary_features(specs)
     assert q == 8 * 16 / 1e6 and dq == 4 * 16 / 1e6 and n == 2 and const == 1
+    # an INT8 op whose residual Add runs FP32 leaves the INT8 region by itself
+    specs = [_spec(INT8_FP32_ADD, 3, 8), _spec("fp32", 8, 4), _spec("int8", 4, 2)]
+    q, dq, n, _ = boundary_features(specs)
+    assert q == (3 + 4) * 16 / 1e6 and dq == (8 + 2) * 16 / 1e6 and n == 4
 
 
 def test_runner_profiles_calibration_models_and_model_picks_calibration(measured, store) -> None:

@@ -1,11 +1,13 @@
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
 
 from frontier.experiments import DigitsTask
 from frontier.latency_models import build_onnx, plan_ops, space_ops
-from frontier.latency_models._bundle import TEACHER
+from frontier.latency_models._bundle import TEACHER, op_model_bytes, whole_model_bytes
+from frontier.latency_models._ops import INT8_FP32_ADD
 from frontier.spaces import CompressionPlan, SpaceOptions, apply_plan, discover
 
 
@@ -116,3 +118,84 @@ def test_residual_add_with_downsample_fuses_into_one_conv() -> None:
         session = ort.InferenceSession(build_onnx(spec).SerializeToString())
         feeds = {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(spec.input_shapes)}
         assert session.run(None, feeds)[0].shape == spec.output_shape
+
+
+def _ran_as(nodes: dict[str, onnx.NodeProto], template) -> str:
+    """The precision an op of ``template`` ran at in a quantized graph: its kernel's (a
+    QLinear node named after it, or its own node fed an 8-bit tensor), and, for a fused
+    residual Add, the Add's."""
+
+    def int8(name: str) -> bool:
+        node = nodes.get(name)
+        return f"{name}_quant" in nodes or (node is not None and "_quantized" in node.input[0])
+
+    kernel = int8(template.nodes[0])
+    adds = [n for n in template.nodes if nodes.get(n, onnx.NodeProto()).op_type == "Add"]
+    adds += [
+        n
+        for n in template.nodes
+        if nodes.get(f"{n}_quant", onnx.NodeProto()).op_type == "QLinearAdd"
+    ]
+    if not kernel:
+        return "fp32"
+    if adds and not int8(adds[0]):
+        return INT8_FP32_ADD
+    return "int8"
+
+
+@pytest.mark.parametrize("family", ["cnn", "mobilenet"], ids=str)
+def test_pooling_and_residual_adds_run_at_their_neighbours_precision(family: str) -> None:
+    """A MaxPool, a global pooling or a Flatten after an INT8 layer runs on 8-bit tensors
+    and a residual Add runs INT8 only where both its inputs come in INT8: each op of a plan
+    is priced at the precision the exported model runs it at."""
+    import torchvision
+
+    if family == "cnn":
+        task = DigitsTask(model="cnn")
+        model, x, data = task.baseline(), task.example_inputs(), task.calibration_batches()
+    else:
+        torch.manual_seed(0)
+        model = torchvision.models.mobilenet_v2(num_classes=10).eval()
+        x, data = torch.randn(1, 3, 32, 32), None
+    space = discover(
+        model, x, SpaceOptions(prune_ratios=(0.0,), weight_bits=(8, 32), act_bits=(8, 32))
+    )
+    found = space_ops(model, x, space)
+    templates = found.templates[TEACHER]
+    keys = {o.key for o in found.ops}
+    seen = set()
+    for seed in range(4):
+        plan = space.sample(seed)
+        ops = plan_ops(templates, plan)
+        assert {o.key for o in ops} <= keys
+        graph = onnx.load_from_string(whole_model_bytes(model, plan, x, data)).graph
+        nodes = {n.name: n for n in graph.node}
+        for t, op in zip(templates.ops, ops, strict=True):
+            assert op.precision == _ran_as(nodes, t), (seed, op.key)
+            seen.add((op.op_type, op.precision))
+    if family == "cnn":
+        assert {("MaxPool", "int8"), ("MaxPool", "fp32"), ("GlobalAveragePool", "int8")} <= seen
+    else:
+        assert {("Conv", "int8"), ("Conv", INT8_FP32_ADD)} <= seen
+
+
+def test_int8_op_models_run_their_op_on_8bit_tensors() -> None:
+    task = DigitsTask(model="cnn")
+    model, x = task.baseline(), task.example_inputs()
+    space = discover(
+        model, x, SpaceOptions(prune_ratios=(0.0,), weight_bits=(8, 32), act_bits=(8, 32))
+    )
+    found = space_ops(model, x, space)
+    kinds = {}
+    for spec in found.ops:
+        if spec.precision == "int8" and spec.op_type not in ("Conv", "Gemm"):
+            proto = onnx.load_from_string(op_model_bytes(spec))
+            kinds[spec.op_type] = [n.op_type for n in proto.graph.node]
+            session = ort.InferenceSession(proto.SerializeToString())
+            feeds = {f"x{i}": np.ones(s, np.float32) for i, s in enumerate(spec.input_shapes)}
+            assert session.run(None, feeds)[0].shape == spec.output_shape
+    assert kinds == {
+        "MaxPool": ["QuantizeLinear", "MaxPool", "DequantizeLinear"],
+        "GlobalAveragePool": ["QuantizeLinear", "QLinearGlobalAveragePool", "DequantizeLinear"],
+        "Flatten": ["QuantizeLinear", "Flatten", "DequantizeLinear"],
+    }
