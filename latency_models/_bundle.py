@@ -36,6 +36,13 @@ from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 TEACHER = "teacher"
 OVERHEAD_REPEATS = 7
 
+#: Calibration models of a bundle: more for small models (at most SMALL_MODEL_MACS
+#: multiply-accumulates uncompressed), which export and measure in milliseconds each and
+#: whose latency turns on how their few ops interact, learnt from whole models.
+CALIBRATION_MODELS = 60
+SMALL_MODEL_CALIBRATION_MODELS = 200
+SMALL_MODEL_MACS = 10_000_000
+
 #: Seeds of the plans whose whole models calibrate a table, and of those that validate it.
 CALIBRATION_SEED0 = 10_000
 VALIDATION_SEED0 = 20_000
@@ -86,6 +93,14 @@ def space_templates(
                 student.eval(), example_inputs, space.students[spec.key]
             )
     return out
+
+
+def default_calibration(found: SpaceOps) -> int:
+    """How many calibration models a bundle of ``found`` holds unless told:
+    ``SMALL_MODEL_CALIBRATION_MODELS`` for a model of at most ``SMALL_MODEL_MACS``,
+    else ``CALIBRATION_MODELS``."""
+    macs = sum(o.macs for o in plan_ops(found.templates[TEACHER], CompressionPlan()))
+    return SMALL_MODEL_CALIBRATION_MODELS if macs <= SMALL_MODEL_MACS else CALIBRATION_MODELS
 
 
 def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> SpaceOps:
@@ -201,7 +216,7 @@ def write_bundle(
     example_inputs: Any,
     space: SearchSpace,
     validation: int = 0,
-    calibration: int = 60,
+    calibration: int | None = None,
     calibration_data: Any = None,
     name: str = "",
     progress: Callable[[str, int, int, float], None] = _progress,
@@ -211,8 +226,9 @@ def write_bundle(
 
     The bundle holds one model per op instance (FP32, and INT8 where a layer may take 8
     bits), an identity model for the per-run overhead, ``calibration`` whole compressed
-    models (seeded plans) that calibrate the table's sum against whole-model latency,
-    and ``validation`` more (other seeds) for ``frontier lut validate``.
+    models (seeded plans; ``default_calibration`` when None) that calibrate the table's
+    sum against whole-model latency, and ``validation`` more (other seeds) for
+    ``frontier lut validate``.
 
     FP16 op variants are not written: ONNX Runtime's CPU provider runs few FP16 kernels,
     and Frontier exports 16-bit layers as FP32 (``export_onnx``).
@@ -222,6 +238,8 @@ def write_bundle(
     """
     out = Path(out)
     found = ops if ops is not None else space_ops(model, example_inputs, space)
+    if calibration is None:
+        calibration = default_calibration(found)
     entries: list[dict[str, Any]] = []
     start = time.perf_counter()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:

@@ -91,7 +91,7 @@ def ensure_local_table(
     *,
     store: DeviceStore | None = None,
     name: str = LOCAL_CPU,
-    calibration: int = 60,
+    calibration: int | None = None,
     calibration_data: Any = None,
     time_cap_s: float = 0.3,
 ) -> DeviceTable:
@@ -134,7 +134,7 @@ def _measure_ops(
     store: DeviceStore,
     name: str,
     threads: int,
-    calibration: int,
+    calibration: int | None,
     calibration_data: Any,
     time_cap_s: float,
 ) -> DeviceTable:

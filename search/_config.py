@@ -332,7 +332,8 @@ DeviceEntry = Annotated[
 class LocalTableSection(_Section):
     """How ``local-cpu`` tables are measured the first time a search targets them."""
 
-    calibration: int = Field(default=60, ge=0)
+    #: None: 200 for a model of at most 10 M MACs, else 60 (``default_calibration``)
+    calibration: int | None = Field(default=None, ge=0)
     time_cap_s: float = Field(default=0.3, gt=0)
 
 

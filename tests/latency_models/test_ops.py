@@ -6,7 +6,12 @@ import torch
 
 from frontier.experiments import DigitsTask
 from frontier.latency_models import build_onnx, plan_ops, space_ops
-from frontier.latency_models._bundle import TEACHER, op_model_bytes, whole_model_bytes
+from frontier.latency_models._bundle import (
+    TEACHER,
+    default_calibration,
+    op_model_bytes,
+    whole_model_bytes,
+)
 from frontier.latency_models._ops import INT8_FP32_ADD
 from frontier.spaces import CompressionPlan, SpaceOptions, apply_plan, discover
 
@@ -199,3 +204,14 @@ def test_int8_op_models_run_their_op_on_8bit_tensors() -> None:
         "GlobalAveragePool": ["QuantizeLinear", "QLinearGlobalAveragePool", "DequantizeLinear"],
         "Flatten": ["QuantizeLinear", "Flatten", "DequantizeLinear"],
     }
+
+
+def test_small_models_get_more_calibration_models(ops) -> None:
+    # the digits MLP measures in microseconds: 200; a 300 M MAC mobilenet_v2: 60
+    import torchvision
+
+    assert default_calibration(ops) == 200
+    model = torchvision.models.mobilenet_v2(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+    space = discover(model, x, SpaceOptions(prune_ratios=(0.0,), weight_bits=(32,)))
+    assert default_calibration(space_ops(model, x, space)) == 60
