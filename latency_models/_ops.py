@@ -191,7 +191,7 @@ def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
             precision = "fp32"
             if t.module in int8:
                 precision = "int8"
-                if "Add" in t.fused and not _int8_out(out, t.sources[-1]):
+                if "Add" in t.fused and not (t.sources and _int8_out(out, t.sources[-1])):
                     precision = INT8_FP32_ADD
         elif (
             t.op_type in int8_op_types() and t.sources and all(_int8_out(out, i) for i in t.sources)
