@@ -117,7 +117,7 @@ def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> Spac
 def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
     """The op model in INT8 as it runs inside a whole model: a weighted op quantized
     (with its residual Add in FP32 for ``INT8_FP32_ADD``), any other op on 8-bit tensors
-    (``_passthrough_int8``)."""
+    (``_prefixed``)."""
     rng = np.random.default_rng(0)
     feeds = [
         {
@@ -140,6 +140,14 @@ def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
 _PREFIX = "int8_source"
 
 
+def _rename_inputs(graph: Any, names: dict[str, str]) -> None:
+    """Feed every node the tensor ``names`` maps each of its inputs to."""
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in names:
+                node.input[k] = names[name]
+
+
 def _prefixed(model_bytes: bytes) -> bytes:
     """The op model with an Add of zero before each input. The quantizer runs an op such
     as MaxPool or Flatten in INT8 only when its input comes quantized, as it does from an
@@ -152,10 +160,7 @@ def _prefixed(model_bytes: bytes) -> bytes:
     inputs = [i.name for i in graph.input]
     zero = numpy_helper.from_array(np.zeros(1, dtype=np.float32), f"{_PREFIX}_zero")
     graph.initializer.append(zero)
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in inputs:
-                node.input[k] = f"{_PREFIX}_{name}"
+    _rename_inputs(graph, {name: f"{_PREFIX}_{name}" for name in inputs})
     adds = [
         helper.make_node("Add", [name, zero.name], [f"{_PREFIX}_{name}"], name=f"{_PREFIX}{i}")
         for i, name in enumerate(inputs)
@@ -173,11 +178,7 @@ def _unprefixed(model_bytes: bytes) -> bytes:
     proto = onnx.load_from_string(model_bytes)
     graph = proto.graph
     adds = [n for n in graph.node if n.name.startswith(_PREFIX)]
-    bypass = {n.output[0]: n.input[0] for n in adds}
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in bypass:
-                node.input[k] = bypass[name]
+    _rename_inputs(graph, {n.output[0]: n.input[0] for n in adds})
     for node in adds:
         graph.node.remove(node)
     return bytes(proto.SerializeToString())
