@@ -528,7 +528,7 @@ def write_report(
     missed = " ".join(r[0] for r in rows if r[3] == "MISSED")
     causes = [
         (
-            "within +/-10%",
+            "predicted vs measured",  # the within +/-10% and the Kendall tau rows
             "Latency predictions: compare each case with its ceiling row, the same "
             "whole models measured a second time. This 2-core machine is shared; the "
             "runner times every model beside a reference and scales to the reference's "
