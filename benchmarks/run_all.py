@@ -9,7 +9,7 @@ the FP32 model), PNG plots, the machine, the versions and the date. Every number
 report comes from this run.
 
 Run: python benchmarks/run_all.py [--quick] [--out benchmarks]
-``--quick`` (about 30 minutes here) uses smaller budgets everywhere; the report says which.
+``--quick`` (about 35 minutes here) uses smaller budgets everywhere; the report says which.
 """
 
 from __future__ import annotations
@@ -605,7 +605,7 @@ def write_report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small budgets (about 30 min)")
+    parser.add_argument("--quick", action="store_true", help="small budgets (about 35 min)")
     parser.add_argument("--out", default=str(HERE), help="where REPORT.md and PNGs go")
     parser.add_argument("--only", nargs="*", help="benchmarks/scenarios to run (default all)")
     parser.add_argument("--trials", type=int, help="every scenario's trial budget (a smoke run)")
