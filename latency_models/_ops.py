@@ -241,12 +241,11 @@ def _precisions(templates: Templates, space: SearchSpace) -> list[list[str]]:
         options = ["fp32"]
         if t.op_type in WEIGHTED:
             add = t.sources[-1] if "Add" in t.fused and t.sources else None
-            if t.module in can and add is None:
-                options.append("int8")
-            elif t.module in can and add is not None:
-                if add >= 0 and "int8" in out[add]:
+            if t.module in can:
+                if add is None or (add >= 0 and "int8" in out[add]):
                     options.append("int8")
-                options.append(INT8_FP32_ADD)
+                if add is not None:
+                    options.append(INT8_FP32_ADD)
         elif (
             t.op_type in int8_op_types()
             and t.sources
