@@ -474,7 +474,14 @@ def measure_bundle(
                 Path(f"{out}.reference-{role}.onnx").write_bytes(data)
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
     done = _done_ids(out)
-    todo = {m["id"]: m for m in manifest["models"] if m["kind"] in kinds and m["id"] not in done}
+    wanted = [m for m in manifest["models"] if m["kind"] in kinds]
+    todo = {m["id"]: m for m in wanted if m["id"] not in done}
+    if len(todo) < len(wanted):
+        print(
+            f"resuming {out}: {len(wanted) - len(todo)} of {len(wanted)} models already "
+            + (f"measured, {len(todo)} to go" if todo else "measured; nothing left to measure"),
+            file=sys.stderr,
+        )
     # Whole models get several sessions. A shared or throttling device drifts over
     # minutes; visiting in a seeded random order spreads that drift over ops and whole
     # models alike, and a whole model's sessions over the run, instead of biasing one.
@@ -587,6 +594,18 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def summary(out: Path) -> str:
+    """One line on a measured table: its rows by status, and where the metadata is."""
+    with out.open(newline="") as f:
+        statuses = [row.get("status", "") for row in csv.DictReader(f)]
+    unsupported = statuses.count("unsupported")
+    return (
+        f"wrote {out}: {len(statuses)} model{'' if len(statuses) == 1 else 's'}, "
+        f"{len(statuses) - unsupported} measured, "
+        f"{unsupported} unsupported; metadata in {out}.meta.json"
+    )
+
+
 def measure_from_args(args: argparse.Namespace) -> Path:
     """Run ``measure_bundle`` with options parsed by ``add_measure_arguments``."""
     return measure_bundle(
@@ -608,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_measure_arguments(parser)
     try:
-        measure_from_args(parser.parse_args(argv))
+        print(summary(measure_from_args(parser.parse_args(argv))))
     except (ValueError, OSError, zipfile.BadZipFile, KeyError) as err:
         print(f"runner: error: {err}", file=sys.stderr)
         return 2

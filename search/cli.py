@@ -137,10 +137,9 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_measure(args: argparse.Namespace) -> int:
-    from frontier.latency_models.runner import measure_from_args
+    from frontier.latency_models.runner import measure_from_args, summary
 
-    out = measure_from_args(args)
-    print(f"wrote {out} and {out}.meta.json")
+    print(summary(measure_from_args(args)))
     return 0
 
 

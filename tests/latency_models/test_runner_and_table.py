@@ -13,6 +13,7 @@ from frontier.latency_models import (
     read_table,
 )
 from frontier.latency_models._table import write_rows
+from frontier.latency_models.runner import main as runner_main
 from frontier.latency_models.runner import normalise, time_session
 
 
@@ -57,7 +58,7 @@ def test_a_slow_machine_does_not_shift_normalised_rows(slowdown: float) -> None:
     assert normalised["raw_median_ms"] == stats["median_ms"]
 
 
-def test_resume_skips_what_is_measured(bundle, measured, tmp_path) -> None:
+def test_resume_skips_what_is_measured(bundle, measured, tmp_path, capsys) -> None:
     path, manifest = bundle
     full, _ = measured
     lines = full.read_text().splitlines()
@@ -65,6 +66,10 @@ def test_resume_skips_what_is_measured(bundle, measured, tmp_path) -> None:
     half.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
     (tmp_path / "half.csv.meta.json").write_text((full.parent / "table.csv.meta.json").read_text())
     measure_bundle(path, half, device="test-cpu", time_cap_s=0.02)
+    kept, total = len(lines) // 2 - 1, len(manifest["models"]) - 2  # header; references
+    assert f"{kept} of {total} models already measured, {total - kept} to go" in (
+        capsys.readouterr().err
+    )
     resumed = half.read_text().splitlines()
     assert resumed[: len(lines) // 2] == lines[: len(lines) // 2]  # kept, not remeasured
     ids = [r["model_id"] for r in csv.DictReader(half.open())]
@@ -73,9 +78,12 @@ def test_resume_skips_what_is_measured(bundle, measured, tmp_path) -> None:
     meta = json.loads((tmp_path / "half.csv.meta.json").read_text())
     first = json.loads((full.parent / "table.csv.meta.json").read_text())
     assert meta["references"] == first["references"]
+    measure_bundle(path, half, device="test-cpu", time_cap_s=0.02)  # complete: a no-op
+    assert half.read_text().splitlines() == resumed
+    assert "nothing left to measure" in capsys.readouterr().err
 
 
-def test_unsupported_op_is_recorded_not_a_crash(tmp_path) -> None:
+def test_unsupported_op_is_recorded_not_a_crash(tmp_path, capsys) -> None:
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 4])
@@ -104,10 +112,12 @@ def test_unsupported_op_is_recorded_not_a_crash(tmp_path) -> None:
     with zipfile.ZipFile(bundle, "w") as zf:
         zf.writestr("m.onnx", model.SerializeToString())
         zf.writestr("manifest.json", json.dumps(manifest))
-    out = measure_bundle(bundle, tmp_path / "t.csv", device="d")
+    out = tmp_path / "t.csv"
+    assert runner_main([str(bundle), "--device", "d", "--out", str(out)]) == 0
     row = next(csv.DictReader(out.open()))
     assert row["status"] == "unsupported" and row["error"]
     assert read_table(out).unsupported_types == {"swishbeta"}
+    assert "1 model, 0 measured, 1 unsupported" in capsys.readouterr().out
 
 
 def test_bundle_version_is_checked(tmp_path) -> None:
