@@ -64,7 +64,8 @@ class FallbackFit:
 
     kind: str
     method: str
-    cv_mape: float
+    #: 5-fold cross-validated weighted absolute percentage error (inf: too few rows)
+    cv_wape: float
     rows: int
     coef: Any = None
     model: Any = None
@@ -90,30 +91,38 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _fit_fallback(kind: str, specs: list[OpSpec], ms: np.ndarray) -> FallbackFit:
     """Compare a non-negative linear fit on (MACs, bytes) with gradient boosting on their
-    logs, by 5-fold cross-validated MAPE, and keep the better one."""
+    logs, by 5-fold cross-validated weighted absolute percentage error (the summed
+    absolute error over the summed measured time: what a whole model's sum is off by;
+    well defined where an op's time is within the per-run overhead, so zero), and keep
+    the better one."""
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.model_selection import KFold
 
     x = np.array([_features(s) for s in specs])
+    log_ms = np.log(np.maximum(ms, 1e-6))  # ops faster than the overhead measure 0
+
+    def gbr_fit(rows: np.ndarray) -> GradientBoostingRegressor:
+        gbr = GradientBoostingRegressor(random_state=0, n_estimators=100, max_depth=2)
+        return gbr.fit(np.log1p(x[rows, :2]), log_ms[rows])
+
     n = len(specs)
     folds = KFold(n_splits=min(5, n), shuffle=True, random_state=0) if n >= 4 else None
-    errors: dict[str, list[float]] = {"linear": [], "gbr": []}
+    abs_err = {"linear": 0.0, "gbr": 0.0}
     if folds is not None:
         for train, test in folds.split(x):
-            coef = _nnls(x[train], ms[train])
-            pred = np.maximum(x[test] @ coef, 1e-6)
-            errors["linear"] += list(np.abs(pred - ms[test]) / ms[test])
+            pred = np.maximum(x[test] @ _nnls(x[train], ms[train]), 1e-6)
+            abs_err["linear"] += float(np.abs(pred - ms[test]).sum())
             if n >= 12:
-                gbr = GradientBoostingRegressor(random_state=0, n_estimators=100, max_depth=2)
-                gbr.fit(np.log1p(x[train, :2]), np.log(ms[train]))
-                pred = np.exp(gbr.predict(np.log1p(x[test, :2])))
-                errors["gbr"] += list(np.abs(pred - ms[test]) / ms[test])
-    mape = {k: float(np.mean(v)) if v else math.inf for k, v in errors.items()}
-    if mape["gbr"] < mape["linear"]:
-        gbr = GradientBoostingRegressor(random_state=0, n_estimators=100, max_depth=2)
-        gbr.fit(np.log1p(x[:, :2]), np.log(ms))
-        return FallbackFit(kind, "gbr", mape["gbr"], n, model=gbr)
-    return FallbackFit(kind, "linear", mape["linear"], n, coef=_nnls(x, ms))
+                pred = np.exp(gbr_fit(train).predict(np.log1p(x[test, :2])))
+                abs_err["gbr"] += float(np.abs(pred - ms[test]).sum())
+    total = float(ms.sum())
+    wape = {
+        k: v / total if folds is not None and total > 0 and (k == "linear" or n >= 12) else math.inf
+        for k, v in abs_err.items()
+    }
+    if wape["gbr"] < wape["linear"]:
+        return FallbackFit(kind, "gbr", wape["gbr"], n, model=gbr_fit(np.arange(n)))
+    return FallbackFit(kind, "linear", wape["linear"], n, coef=_nnls(x, ms))
 
 
 @dataclass
@@ -227,6 +236,26 @@ class LatencyModel:
                 f"table {self.table.name!r} has no measured op to predict {spec.key!r} from"
             )
         return _fit_fallback(f"{spec.kind}/{spec.precision}", specs, np.array(ms))
+
+    def fallback_summary(self) -> dict[str, dict[str, Any]]:
+        """Per op kind and precision the table measured (``conv/int8``): the predictor that
+        prices that kind's ops missing from the table (``linear`` on MACs and bytes, or
+        ``gbr``, gradient boosting), its 5-fold cross-validated weighted absolute
+        percentage error on the table's rows (None: too few rows to tell), and how many
+        rows it was fitted on. Empty for a table stored without its bundle's
+        op specs."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.table.ops():
+            kind = f"{row.op_type}/{row.precision}"
+            spec = self.spec_of(row.key) if row.status == "ok" and kind not in out else None
+            if spec is None:
+                continue
+            fit = self.fallbacks.get(kind)
+            if fit is None:
+                fit = self.fallbacks[kind] = self._fit_kind(spec)
+            cv = round(fit.cv_wape, 4) if math.isfinite(fit.cv_wape) else None
+            out[kind] = {"method": fit.method, "cv_wape": cv, "rows": fit.rows}
+        return dict(sorted(out.items()))
 
     def op_cost(self, spec: OpSpec, *, native: bool = False) -> OpCost:
         """What ``spec`` costs on this device: its table row, a fallback fitted on rows of

@@ -178,7 +178,12 @@ def cmd_lut_list(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_show(args: argparse.Namespace) -> int:
-    print(json.dumps(_store(args).load(args.name).summary(), indent=2))
+    from frontier.latency_models import LatencyModel
+
+    table = _store(args).load(args.name)
+    summary = table.summary()
+    summary["fallbacks"] = LatencyModel(table, calibrate=False).fallback_summary()
+    print(json.dumps(summary, indent=2))
     return 0
 
 

@@ -80,6 +80,12 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
     summary = json.loads(capsys.readouterr().out)
     assert summary["active_power_w"] == 3.5 and summary["validation_models"] == 4
     assert isinstance(summary["slow_sessions_retimed"], int)  # the runner's count
+    # which predictor prices each measured kind's missing ops, and how well
+    fallbacks = summary["fallbacks"]
+    assert "linear/fp32" in fallbacks and "linear/int8" in fallbacks
+    for fit in fallbacks.values():
+        assert fit["method"] in ("linear", "gbr") and fit["rows"] >= 1
+    assert 0 <= fallbacks["linear/fp32"]["cv_wape"] < 1
     out = tmp_path / "val"
     assert (
         main(
