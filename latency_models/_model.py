@@ -74,11 +74,20 @@ class FallbackFit:
         x = _features(spec)
         if self.method == "linear":
             return max(float(np.dot(self.coef, x)), 1e-6)
+        if self.method == "power":
+            return float(np.exp(np.dot(self.coef, _log_features(spec))))
         return float(np.exp(self.model.predict(np.log1p(np.asarray([x[:2]])))[0]))
 
 
 def _features(spec: OpSpec) -> np.ndarray:
     return np.array([float(spec.macs), float(spec.bytes_moved), 1.0])
+
+
+def _log_features(spec: OpSpec) -> np.ndarray:
+    """Logs of MACs, bytes moved, and the input and output elements, and a constant."""
+    inputs, outputs = math.prod(spec.input_shapes[0]), math.prod(spec.output_shape)
+    sizes = np.array([spec.macs, spec.bytes_moved, inputs, outputs], dtype=float)
+    return np.array([*np.log1p(sizes), 1.0])
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -90,39 +99,46 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _fit_fallback(kind: str, specs: list[OpSpec], ms: np.ndarray) -> FallbackFit:
-    """Compare a non-negative linear fit on (MACs, bytes) with gradient boosting on their
-    logs, by 5-fold cross-validated weighted absolute percentage error (the summed
+    """Compare, by 5-fold cross-validated weighted absolute percentage error (the summed
     absolute error over the summed measured time: what a whole model's sum is off by;
-    well defined where an op's time is within the per-run overhead, so zero), and keep
-    the better one."""
+    defined where an op's time is within the per-run overhead, so zero), and keep the
+    best: a non-negative linear fit on MACs and bytes moved (``linear``), a power law,
+    least squares in logs of MACs, bytes moved and input and output elements
+    (``power``, from 8 rows), and gradient boosting on the logs of MACs and bytes
+    (``gbr``, from 12 rows)."""
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.model_selection import KFold
 
     x = np.array([_features(s) for s in specs])
+    logs = np.array([_log_features(s) for s in specs])
     log_ms = np.log(np.maximum(ms, 1e-6))  # ops faster than the overhead measure 0
 
-    def gbr_fit(rows: np.ndarray) -> GradientBoostingRegressor:
+    def fit(method: str, rows: np.ndarray) -> FallbackFit:
+        if method == "linear":
+            return FallbackFit(kind, method, math.inf, len(rows), coef=_nnls(x[rows], ms[rows]))
+        if method == "power":
+            coef = np.linalg.lstsq(logs[rows], log_ms[rows], rcond=None)[0]
+            return FallbackFit(kind, method, math.inf, len(rows), coef=coef)
         gbr = GradientBoostingRegressor(random_state=0, n_estimators=100, max_depth=2)
-        return gbr.fit(np.log1p(x[rows, :2]), log_ms[rows])
+        gbr.fit(np.log1p(x[rows, :2]), log_ms[rows])
+        return FallbackFit(kind, method, math.inf, len(rows), model=gbr)
 
     n = len(specs)
-    folds = KFold(n_splits=min(5, n), shuffle=True, random_state=0) if n >= 4 else None
-    abs_err = {"linear": 0.0, "gbr": 0.0}
-    if folds is not None:
-        for train, test in folds.split(x):
-            pred = np.maximum(x[test] @ _nnls(x[train], ms[train]), 1e-6)
-            abs_err["linear"] += float(np.abs(pred - ms[test]).sum())
-            if n >= 12:
-                pred = np.exp(gbr_fit(train).predict(np.log1p(x[test, :2])))
-                abs_err["gbr"] += float(np.abs(pred - ms[test]).sum())
+    methods = [m for m, least in (("linear", 4), ("power", 8), ("gbr", 12)) if n >= least]
+    wape = {"linear": math.inf}
     total = float(ms.sum())
-    wape = {
-        k: v / total if folds is not None and total > 0 and (k == "linear" or n >= 12) else math.inf
-        for k, v in abs_err.items()
-    }
-    if wape["gbr"] < wape["linear"]:
-        return FallbackFit(kind, "gbr", wape["gbr"], n, model=gbr_fit(np.arange(n)))
-    return FallbackFit(kind, "linear", wape["linear"], n, coef=_nnls(x, ms))
+    if methods and total > 0:
+        folds = list(KFold(n_splits=min(5, n), shuffle=True, random_state=0).split(x))
+        for method in methods:
+            err = 0.0
+            for train, test in folds:
+                fitted = fit(method, train)
+                err += sum(abs(fitted.predict(specs[i]) - ms[i]) for i in test)
+            wape[method] = err / total
+    best = min(wape, key=wape.__getitem__)  # ties (too few rows): the linear fit
+    chosen = fit(best, np.arange(n))
+    chosen.cv_wape = wape[best]
+    return chosen
 
 
 @dataclass
@@ -239,11 +255,11 @@ class LatencyModel:
 
     def fallback_summary(self) -> dict[str, dict[str, Any]]:
         """Per op kind and precision the table measured (``conv/int8``): the predictor that
-        prices that kind's ops missing from the table (``linear`` on MACs and bytes, or
-        ``gbr``, gradient boosting), its 5-fold cross-validated weighted absolute
-        percentage error on the table's rows (None: too few rows to tell), and how many
-        rows it was fitted on. Empty for a table stored without its bundle's
-        op specs."""
+        prices that kind's ops missing from the table (``linear`` on MACs and bytes,
+        ``power``, a power law in sizes, or ``gbr``, gradient boosting), its 5-fold
+        cross-validated weighted absolute percentage error on the table's rows (None:
+        too few rows to tell), and how many rows it was fitted on. Empty for a table
+        stored without its bundle's op specs."""
         out: dict[str, dict[str, Any]] = {}
         for row in self.table.ops():
             kind = f"{row.op_type}/{row.precision}"

@@ -1,10 +1,12 @@
 import math
 
+import numpy as np
 import pytest
 
 from frontier.latency_models import DeviceStore, LatencyModel, validate
 from frontier.latency_models._bundle import TEACHER
-from frontier.latency_models._ops import plan_ops
+from frontier.latency_models._model import _fit_fallback
+from frontier.latency_models._ops import OpSpec, plan_ops
 from frontier.latency_models._table import DeviceTable
 
 
@@ -160,3 +162,32 @@ def test_local_validation_measures_in_the_tables_units(table, mlp_setup) -> None
         for row in report.rows:
             expected = factor * stored[row["seed"]].median_ms
             assert row["measured_ms"] == pytest.approx(expected, rel=0.5)
+
+
+def _conv(cin: int, cout: int, hw: int) -> OpSpec:
+    return OpSpec("Conv", (), ((1, cin, hw, hw),), (1, cout, hw, hw), (), (3, 3), 1, "fp32")
+
+
+def test_fallback_keeps_the_predictor_that_fits_the_kind_best() -> None:
+    """Convs whose time follows a power law of their sizes (as cache-bound kernels do)
+    get the power law, and it predicts a held-out conv within 5%; linear times get the
+    linear fit."""
+    rng = np.random.default_rng(0)
+    specs = [
+        _conv(int(rng.integers(4, 64)), int(rng.integers(4, 64)), int(rng.choice([7, 14, 28])))
+        for _ in range(40)
+    ]
+    held_out = _conv(48, 40, 14)
+
+    def power_ms(s: OpSpec) -> float:
+        return 1e-4 * s.macs**0.7
+
+    fit = _fit_fallback("conv/fp32", specs, np.array([power_ms(s) for s in specs]))
+    assert fit.method == "power" and fit.cv_wape < 0.05 and fit.rows == 40
+    assert fit.predict(held_out) == pytest.approx(power_ms(held_out), rel=0.05)
+
+    def linear_ms(s: OpSpec) -> float:
+        return 1e-6 * s.macs + 1e-5 * s.bytes_moved + 0.01
+
+    fit = _fit_fallback("conv/fp32", specs, np.array([linear_ms(s) for s in specs]))
+    assert fit.method == "linear" and fit.cv_wape < 0.01
