@@ -219,12 +219,15 @@ class LatencyModel:
         return max(row.median_ms - self.table.overhead_ms, 0.0)
 
     def _fallback(self, spec: OpSpec) -> float:
+        return self._fallback_fit(spec).predict(spec)
+
+    def _fallback_fit(self, spec: OpSpec) -> FallbackFit:
+        """The fallback of ``spec``'s kind and precision, fitted the first time it is asked."""
         kind = f"{spec.kind}/{spec.precision}"
         fit = self.fallbacks.get(kind)
         if fit is None:
-            fit = self._fit_kind(spec)
-            self.fallbacks[kind] = fit
-        return fit.predict(spec)
+            fit = self.fallbacks[kind] = self._fit_kind(spec)
+        return fit
 
     def spec_of(self, key: str) -> OpSpec | None:
         """The op spec behind a table key (from the bundle manifest stored with the table)."""
@@ -263,12 +266,9 @@ class LatencyModel:
         out: dict[str, dict[str, Any]] = {}
         for row in self.table.ops():
             kind = f"{row.op_type}/{row.precision}"
-            spec = self.spec_of(row.key) if row.status == "ok" and kind not in out else None
-            if spec is None:
+            if kind in out or row.status != "ok" or (spec := self.spec_of(row.key)) is None:
                 continue
-            fit = self.fallbacks.get(kind)
-            if fit is None:
-                fit = self.fallbacks[kind] = self._fit_kind(spec)
+            fit = self._fallback_fit(spec)
             cv = round(fit.cv_wape, 4) if math.isfinite(fit.cv_wape) else None
             out[kind] = {"method": fit.method, "cv_wape": cv, "rows": fit.rows}
         return dict(sorted(out.items()))
