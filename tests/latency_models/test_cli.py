@@ -84,7 +84,7 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
     fallbacks = summary["fallbacks"]
     assert "linear/fp32" in fallbacks and "linear/int8" in fallbacks
     for fit in fallbacks.values():
-        assert fit["method"] in ("linear", "gbr") and fit["rows"] >= 1
+        assert fit["method"] in ("linear", "power", "gbr") and fit["rows"] >= 1
     assert 0 <= fallbacks["linear/fp32"]["cv_wape"] < 1
     out = tmp_path / "val"
     assert (
