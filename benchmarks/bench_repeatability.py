@@ -24,15 +24,13 @@ import argparse
 import random
 import tempfile
 import warnings
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from bench_layout import bundle_models
 from scipy.stats import kendalltau
 
-from frontier.experiments import DigitsTask
-from frontier.latency_models import write_bundle
 from frontier.latency_models._validate import (
     local_run,
     measure_local,
@@ -40,7 +38,6 @@ from frontier.latency_models._validate import (
     quiet_root_logger,
 )
 from frontier.latency_models.runner import WHOLE_MODEL_SESSIONS, reference_level
-from frontier.spaces import SpaceOptions, discover
 
 #: seconds of timing per model that every method spends (the runner's sessions x cap)
 BUDGET_S = 0.5 * WHOLE_MODEL_SESSIONS
@@ -63,32 +60,9 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=24)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    task = DigitsTask(model="cnn")
-    model, x = task.baseline(), task.example_inputs()
-    options = SpaceOptions(
-        prune_ratios=(0.0, 0.25, 0.5, 0.75), weight_bits=(8, 32), act_bits=(8, 32), round_to=4
-    )
-    space = discover(model, x, options)
     with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
-        bundle = Path(tmp) / "models.zip"
-        manifest = write_bundle(
-            bundle,
-            model=model,
-            example_inputs=x,
-            space=space,
-            calibration=0,
-            validation=args.models,
-            calibration_data=task.calibration_batches(),
-            progress=lambda *_: None,
-        )
-        with zipfile.ZipFile(bundle) as zf:
-            blobs = {
-                e["id"]: zf.read(e["file"]) for e in manifest["models"] if e["kind"] == "validation"
-            }
-            # the uncompressed model, the bundle's reference for whole models
-            teacher = zf.read(
-                next(e["file"] for e in manifest["models"] if e["id"] == "reference-model")
-            )
+        models, teacher = bundle_models("digits", args.models, Path(tmp))
+    blobs = dict(enumerate(models))
     reference = (teacher, reference_level(local_run(teacher), local_run(teacher)))
     methods: dict[str, Callable[[Sequence[bytes]], list[float]]] = {
         "one session, alone": one_session,
