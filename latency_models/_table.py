@@ -168,19 +168,32 @@ def read_table(path: str | Path, *, name: str | None = None) -> DeviceTable:
     path = Path(path)
     if not path.is_file():
         raise TableError(f"{path}: no such file")
+    try:
+        return _read_table(path, name)
+    except UnicodeDecodeError as err:
+        raise TableError(
+            f"{path}: not a UTF-8 text file (byte {err.start} is "
+            f"{err.object[err.start : err.start + 1]!r}); expected the CSV that "
+            "`frontier lut measure` writes"
+        ) from None
+    except csv.Error as err:
+        raise TableError(f"{path}: not a readable CSV ({err})") from None
+
+
+def _read_table(path: Path, name: str | None) -> DeviceTable:
     meta_path = Path(str(path) + ".meta.json")
     meta: dict[str, Any] = {}
     if meta_path.exists():
         try:
-            meta = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as err:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise TableError(f"{meta_path}: not valid JSON ({err})") from err
     version = meta.get("bundle_version", BUNDLE_VERSION)
     if version != BUNDLE_VERSION:
         raise TableError(
             f"{meta_path}: bundle_version {version!r}; this Frontier reads {BUNDLE_VERSION}"
         )
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED if c not in header]
@@ -342,10 +355,19 @@ def read_profiles(path: Path) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
     out = {}
-    for line in path.read_text().splitlines():
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise TableError(f"{path}: not a UTF-8 text file ({err})") from None
+    for number, line in enumerate(lines, start=1):
         if line.strip():
-            record = json.loads(line)
-            out[record["key"]] = record["nodes"]
+            try:
+                record = json.loads(line)
+                out[record["key"]] = record["nodes"]
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise TableError(
+                    f"{path}: line {number} is not a profile record ({err!r})"
+                ) from None
     return out
 
 

@@ -340,8 +340,11 @@ def profile_nodes(
 
 def read_manifest(bundle: Path) -> dict[str, Any]:
     """The bundle's manifest, checked for format and version."""
-    with zipfile.ZipFile(bundle) as zf:
-        manifest: dict[str, Any] = json.loads(zf.read("manifest.json"))
+    try:
+        with zipfile.ZipFile(bundle) as zf:
+            manifest: dict[str, Any] = json.loads(zf.read("manifest.json"))
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as err:
+        raise ValueError(f"{bundle}: not a readable op bundle zip ({err})") from None
     if manifest.get("format") != BUNDLE_FORMAT:
         raise ValueError(f"{bundle}: not a Frontier op bundle (format {manifest.get('format')!r})")
     if manifest.get("version") != BUNDLE_VERSION:

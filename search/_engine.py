@@ -853,7 +853,27 @@ class Search:
                     **rec.values(),
                 }
             )
-        return pd.DataFrame(rows)
+        columns = ["trial", "run_id", "rung", *self.evaluation.metrics]
+        return pd.DataFrame(rows, columns=columns)  # the columns also when it is empty
+
+    def closest_miss(self) -> str:
+        """When no completed plan meets every constraint: the constraint that came
+        closest to holding (smallest violation relative to its bound) and the best value
+        reached; '' when some plan is feasible or nothing completed."""
+        done = [r.values() for r in self.records.values() if r.state == "complete"]
+        if not done or not self.constraints or any(self.feasible(v) for v in done):
+            return ""
+        misses = []
+        for c in self.constraints:
+            best = min(done, key=lambda v: c.violation(v[c.objective]))
+            if c.holds(best[c.objective]):
+                continue
+            scale = abs(c.bound) or 1.0
+            misses.append((c.violation(best[c.objective]) / scale, c, best[c.objective]))
+        if not misses:  # each holds somewhere, never all at once
+            return "each constraint holds for some plan, but no plan meets them all"
+        _, c, value = min(misses, key=lambda m: m[0])
+        return f"closest: {c} (best {c.objective} reached: {value:.6g})"
 
     def trials_frame(self) -> pd.DataFrame:
         rows = []

@@ -161,7 +161,17 @@ class Tracker:
 # -- reading fronts back ---------------------------------------------------------------------
 def find_search(uri: str, experiment: str | None = None, run_id: str | None = None) -> Any:
     """The parent run of a search: ``run_id``, or the latest search of ``experiment``
-    (default: the latest search of any experiment)."""
+    (default: the latest search of any experiment).
+
+    Reading never creates a store: a SQLite file that does not exist is an error.
+    """
+    prefix = "sqlite:///"
+    path = Path(resolve_uri(uri).removeprefix(prefix))
+    if uri.startswith(prefix) and not path.is_file():
+        raise TrackingError(
+            f"no MLflow database at {path}: run `frontier search` here first, or point "
+            "--tracking-uri (or $MLFLOW_TRACKING_URI) at the store a search wrote"
+        )
     client = _client(uri)
     if run_id:
         run = client.get_run(run_id)

@@ -60,10 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     config = _load(args.config)
     task, model, space = _task_and_space(config)
-    if args.plan:
-        plan = CompressionPlan.from_json(Path(args.plan).read_text(), space=space)
-    else:
-        plan = space.sample(args.seed)
+    plan = CompressionPlan.load(args.plan, space=space) if args.plan else space.sample(args.seed)
     example = task.example_inputs()
     calib = task.calibration_batches()
     compressed = apply_plan(model, plan, example, calibration_data=calib)
@@ -153,7 +150,12 @@ def cmd_lut_import(args: argparse.Namespace) -> int:
         meta["transfer_gbps"] = args.transfer_gbps
     if args.unsupported:
         meta["unsupported_ops"] = args.unsupported
-    manifest = read_manifest(Path(args.bundle)) if args.bundle else None
+    from frontier.latency_models import TableError
+
+    try:
+        manifest = read_manifest(Path(args.bundle)) if args.bundle else None
+    except ValueError as err:
+        raise TableError(str(err)) from None
     store = _store(args)
     table = store.import_table(
         args.table, name=args.name, meta=meta, manifest=manifest, merge=args.merge
@@ -247,7 +249,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     )
     result = search.run()
     failed = int((result.trials["state"] == "failed").sum()) if not result.trials.empty else 0
-    print(result.pareto.drop(columns=["run_id"], errors="ignore").to_string(index=False))
+    front = result.pareto.drop(columns=["run_id"], errors="ignore")
+    print(front.to_string(index=False) if not front.empty else "(no feasible model)")
     experiment = config.tracking.experiment or config.name
     print(
         f"\nfront: {len(result.pareto)} models, hypervolume {result.hypervolume:.4f}, "
@@ -256,6 +259,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
         "--export picked/"
     )
+    miss = search.closest_miss()
+    if miss:
+        print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")
     for note in search.evaluation.notes:
         print(f"note: {note}")
     return 0

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PLAN_FORMAT_VERSION = 3
@@ -201,6 +202,24 @@ class CompressionPlan:
         except json.JSONDecodeError as err:
             raise PlanError(f"plan is not valid JSON: {err}") from err
         return cls.from_dict(data, space=space)
+
+    @classmethod
+    def load(cls, path: str | Path, *, space: Any = None) -> CompressionPlan:
+        """Read a plan JSON file; every error names the file.
+
+        Args:
+            path: the plan file (``frontier pick`` writes ``plan.json``).
+            space: as for ``from_dict``.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise PlanError(f"{path}: cannot read the plan ({err})") from None
+        try:
+            return cls.from_json(text, space=space)
+        except PlanError as err:
+            raise PlanError(f"{path}: {err}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, space: Any = None) -> CompressionPlan:

@@ -105,3 +105,20 @@ def test_lut_import_rejects_bad_rows(tmp_path, capsys) -> None:
     bad.write_text("model_id,kind,key,status,median_ms\nop-0,op,k1,ok,0.1\nop-1,op,k2,ok,-3\n")
     assert main(["lut", "import", str(bad), "--name", "x", "--store", str(tmp_path / "s")]) == 2
     assert "row 3: median_ms must be finite and > 0" in capsys.readouterr().err
+
+
+def test_lut_import_of_unreadable_files_names_them(tmp_path, capsys) -> None:
+    binary = tmp_path / "table.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe binary, not a CSV")
+    store = ["--store", str(tmp_path / "store")]
+    assert main(["lut", "import", str(binary), "--name", "dev", *store]) == 2
+    err = capsys.readouterr().err
+    assert f"{binary}: not a UTF-8 text file" in err and "Traceback" not in err
+    # a bundle that is not a zip is named too
+    good = tmp_path / "good.csv"
+    good.write_text("model_id,kind,key,op_type,precision,status,median_ms\n")
+    fake = tmp_path / "ops.zip"
+    fake.write_text("not a zip")
+    assert main(["lut", "import", str(good), "--name", "dev", "--bundle", str(fake), *store]) == 2
+    assert f"{fake}: not a readable op bundle zip" in capsys.readouterr().err
+    assert not (tmp_path / "store" / "devices" / "dev").exists()  # nothing half-imported

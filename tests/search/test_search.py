@@ -295,3 +295,22 @@ def test_a_second_driver_on_the_same_journal_is_refused(write_config, workdir: P
     finally:
         held.close()
     assert len(run(write_config(), trials=2, progress=False).trials) == 2  # free again
+
+
+def test_pareto_and_pick_without_a_search_create_nothing(workdir: Path, capsys) -> None:
+    for argv in (["pareto"], ["pick", "--best", "accuracy"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"no MLflow database at {workdir / 'mlflow.db'}" in err
+    assert not (workdir / "mlflow.db").exists()
+
+
+def test_a_search_with_no_feasible_plan_finishes_and_says_so(write_config, capsys) -> None:
+    path = write_config(constraints=["size_bytes <= 10", "accuracy >= 0.2"])
+    argv = ["search", str(path), "--no-progress", "--trials", "8", "--set", "search.population=4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "no plan met the constraints" in out
+    assert "closest: size_bytes <= 10" in out  # accuracy >= 0.2 holds somewhere; size never
+    trials = _complete(path.parent / "frontier-optuna.journal")
+    assert len(trials) == 8  # every trial recorded

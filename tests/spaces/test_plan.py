@@ -97,3 +97,15 @@ def test_space_rejects_bits_it_does_not_allow(mlp) -> None:
         PlanError, match=r"weight_bits\['1'\]: bit width must be one of \[8, 32\], got 4"
     ):
         CompressionPlan.from_dict({"weight_bits": {"1": 4}}, space=space)
+
+
+def test_plan_file_errors_name_the_file(tmp_path) -> None:
+    bad = tmp_path / "plan.json"
+    bad.write_text("prune: {fc: 0.5}\n")  # YAML, not JSON
+    with pytest.raises(PlanError, match=f"{bad}: plan is not valid JSON"):
+        CompressionPlan.load(bad)
+    with pytest.raises(PlanError, match=f"{tmp_path / 'missing.json'}: cannot read the plan"):
+        CompressionPlan.load(tmp_path / "missing.json")
+    good = tmp_path / "good.json"
+    good.write_text(CompressionPlan(prune={"fc": 0.5}).to_json())
+    assert CompressionPlan.load(good).prune == {"fc": 0.5}
