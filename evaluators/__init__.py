@@ -6,7 +6,14 @@ returns the evaluator; calling it on a ``Candidate`` and an ``EvalContext`` retu
 ``Measurement`` (value, unit, fidelity, wall time).
 """
 
-from ._accuracy import FIDELITIES, AccuracyEvaluator, distill, kd_loss, proxy_signals
+from ._accuracy import (
+    FIDELITIES,
+    AccuracyEvaluator,
+    distill,
+    kd_loss,
+    measure_accuracy,
+    proxy_signals,
+)
 from ._base import (
     MAXIMIZE,
     MINIMIZE,
@@ -43,6 +50,7 @@ __all__ = [
     "distill",
     "evaluator_names",
     "kd_loss",
+    "measure_accuracy",
     "proxy_signals",
     "register_evaluator",
 ]

@@ -48,7 +48,7 @@ def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return float((logits.argmax(dim=-1) == targets).float().mean())
 
 
-def _accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> float:
+def measure_accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> float:
     """The task metric over ``loader``, each batch weighted by its size."""
     was = model.training
     model.eval()
@@ -99,7 +99,7 @@ def distill(
         opt.step()
         losses.append(float(loss.detach()))
         if patience is not None and eval_every and step % eval_every == 0:
-            acc = _accuracy(student, loaders.val)
+            acc = measure_accuracy(student, loaders.val)
             if acc > best_acc:
                 best_acc, bad = acc, 0
                 best_state = copy.deepcopy(student.state_dict())
@@ -226,7 +226,7 @@ class AccuracyEvaluator(Evaluator):
                 lr=self.lr,
                 seed=context.seed,
             )
-            value = _accuracy(student, loaders.val, context.task.metric)
+            value = measure_accuracy(student, loaders.val, context.task.metric)
             split = "val"
         else:
             epoch = max(len(loaders.train), 1)
@@ -242,7 +242,7 @@ class AccuracyEvaluator(Evaluator):
                 patience=self.patience,
                 eval_every=epoch,
             )
-            value = _accuracy(student, loaders.test, context.task.metric)
+            value = measure_accuracy(student, loaders.test, context.task.metric)
             split = "test"
         details = {
             "split": split,

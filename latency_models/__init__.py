@@ -18,6 +18,7 @@ from ._validate import (
     local_threads,
     measure_local,
     measure_models,
+    quiet_root_logger,
     validate,
 )
 from .runner import BUNDLE_VERSION, measure_bundle, read_manifest
@@ -46,6 +47,7 @@ __all__ = [
     "measure_local",
     "measure_models",
     "plan_ops",
+    "quiet_root_logger",
     "read_manifest",
     "read_table",
     "space_ops",

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from frontier.spaces import CompressionPlan, SearchSpace, int8_layers, kept_channels
-from frontier.spaces._export import int8_op_types
+from frontier.spaces import CompressionPlan, SearchSpace, int8_layers, int8_op_types, kept_channels
 
 from ._templates import WEIGHTED, OpTemplate, Templates
 

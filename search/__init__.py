@@ -2,8 +2,13 @@
 
 ``run(config) -> SearchResult`` runs a search from Python; ``frontier search`` runs one
 from the shell. The study (Optuna) lives in a resumable storage, the runs in MLflow.
+Extension points: an Optuna sampler object (``run(config, sampler=...)``) or a named one
+(``register_sampler``), a ``Callback``, a ``Promotion`` strategy, a backend
+(``register_backend``).
 """
 
+from ._backends import Backend, Job, backend_names, register_backend
+from ._callbacks import Callback, Emissions, ProgressBar, ProgressLines
 from ._config import (
     Config,
     ConfigError,
@@ -13,28 +18,51 @@ from ._config import (
     load_config,
     parse_config,
 )
-from ._engine import Search, SearchError, SearchResult, default_storage, open_storage, run
+from ._engine import Search, SearchResult, run
 from ._evaluation import Evaluation, TrialResult
+from ._front import Front, TrialRecord
+from ._mlflow import MlflowCallback
 from ._pareto import Objective, hypervolume, normalise, pareto_mask
+from ._promotion import Promotion, SpreadPromotion
+from ._samplers import build_sampler, register_sampler, sampler_names
+from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
 
 __all__ = [
+    "Backend",
+    "Callback",
     "Config",
     "ConfigError",
     "Constraint",
+    "Emissions",
     "Evaluation",
+    "Front",
+    "Job",
+    "MlflowCallback",
     "Objective",
+    "ProgressBar",
+    "ProgressLines",
+    "Promotion",
     "Search",
     "SearchError",
     "SearchResult",
     "SpaceSection",
+    "SpreadPromotion",
+    "StudyStore",
     "TaskSection",
+    "TrialRecord",
     "TrialResult",
+    "backend_names",
+    "build_sampler",
     "default_storage",
+    "driver_lock",
     "hypervolume",
     "load_config",
     "normalise",
     "open_storage",
     "pareto_mask",
     "parse_config",
+    "register_backend",
+    "register_sampler",
     "run",
+    "sampler_names",
 ]

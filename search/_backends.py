@@ -11,10 +11,13 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from frontier.spaces import Registry
+
+from ._config import Config
 from ._evaluation import Evaluation, TrialResult, evaluate_job
 
 #: Ray must stay on loopback here; a real cluster's address comes from --address
@@ -199,3 +202,51 @@ class RayBackend(Backend):
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+#: (config, the driver's Evaluation) -> a Backend; ``backend.kind`` names one
+BackendFactory = Callable[[Config, Evaluation], Backend]
+
+_BACKENDS: Registry[BackendFactory] = Registry("backend")
+
+
+def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
+    """Register ``factory(config, evaluation) -> Backend`` under ``name``, which a
+    config's ``backend.kind`` may then name."""
+    return _BACKENDS.register(name)
+
+
+def backend_names() -> list[str]:
+    return _BACKENDS.names()
+
+
+def build_backend(config: Config, evaluation: Evaluation) -> Backend:
+    """The backend ``config.backend.kind`` names, for a search scoring with
+    ``evaluation``."""
+    factory = _BACKENDS.get(config.backend.kind)
+    if factory is None:
+        raise ValueError(
+            f"unknown backend {config.backend.kind!r}; known: {', '.join(backend_names())}"
+        )
+    return factory(config, evaluation)
+
+
+@register_backend("local")
+def _local(config: Config, evaluation: Evaluation) -> Backend:
+    b = config.backend
+    if b.workers > 1:
+        return LocalProcesses(config.model_dump_json(), evaluation.tables, b.workers, b.max_retries)
+    return InProcess(evaluation)
+
+
+@register_backend("ray")
+def _ray(config: Config, evaluation: Evaluation) -> Backend:
+    b = config.backend
+    return RayBackend(
+        config.model_dump_json(),
+        evaluation.tables,
+        address=b.address,
+        cpus_per_trial=b.cpus_per_trial,
+        gpus_per_trial=b.gpus_per_trial,
+        max_retries=b.max_retries,
+    )

@@ -293,21 +293,41 @@ class FidelitySection(_Section):
 
 
 class SearchSection(_Section):
-    sampler: Literal["nsga2", "tpe", "gp", "random"] = "nsga2"
+    #: a name from the sampler registry (``frontier.search.sampler_names()``)
+    sampler: str = "nsga2"
     trials: int = Field(default=200, ge=1)
     seed: int = 0
     population: int = Field(default=20, ge=2)
     anchors: bool = True
     fidelity: FidelitySection = Field(default_factory=FidelitySection)
 
+    @field_validator("sampler")
+    @classmethod
+    def _known_sampler(cls, v: str) -> str:
+        from ._samplers import sampler_names
+
+        if v not in sampler_names():
+            raise ValueError(f"unknown sampler {v!r}; known: {', '.join(sampler_names())}")
+        return v
+
 
 class BackendSection(_Section):
-    kind: Literal["local", "ray"] = "local"
+    #: a name from the backend registry (``frontier.search.backend_names()``)
+    kind: str = "local"
     workers: int = Field(default=1, ge=1)
     address: str | None = None
     cpus_per_trial: float = Field(default=1.0, gt=0)
     gpus_per_trial: float = Field(default=0.0, ge=0)
     max_retries: int = Field(default=2, ge=0)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        from ._backends import backend_names
+
+        if v not in backend_names():
+            raise ValueError(f"unknown backend {v!r}; known: {', '.join(backend_names())}")
+        return v
 
 
 class DeviceSection(_Section):

@@ -8,6 +8,7 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -38,7 +39,7 @@ class TrialResult:
 
 
 def _quiet() -> Any:
-    from frontier.latency_models._validate import quiet_root_logger
+    from frontier.latency_models import quiet_root_logger
 
     return quiet_root_logger()
 
@@ -174,10 +175,26 @@ class Evaluation:
             return model
         return self.context.compressed(candidate)
 
+    def export(self, plan: Mapping[str, Any], rung: int, path: Path) -> Any:
+        """Write the model ``plan``'s accuracy at ``rung`` was measured on as ONNX at
+        ``path`` (INT8 where the plan quantises); returns the ``ExportResult``."""
+        from frontier.spaces import export_onnx
+
+        compression = self.plan(plan)
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            return export_onnx(
+                self.scored_model(compression, rung),
+                compression,
+                self.example,
+                path,
+                calibration_data=self.context.calibration(),
+            )
+
     def baseline(self) -> dict[str, float]:
         """Every metric of the uncompressed model (accuracy: the teacher's validation
         accuracy), the scale that hypervolume is normalised by."""
-        from frontier.evaluators._accuracy import _accuracy
+        from frontier.evaluators import measure_accuracy
 
         others = [m for m in self.metrics if m != ACCURACY]
         values = self.evaluate(CompressionPlan(), 0, others).values if others else {}
@@ -185,7 +202,9 @@ class Evaluation:
             # proxy-only: the scale is the teacher's own proxy value, not its accuracy
             values.update(self.evaluate(CompressionPlan(), 0, [ACCURACY]).values)
         elif ACCURACY in self.metrics:
-            values[ACCURACY] = _accuracy(self.teacher, self.task.loaders().val, self.task.metric)
+            values[ACCURACY] = measure_accuracy(
+                self.teacher, self.task.loaders().val, self.task.metric
+            )
         return values
 
 

@@ -31,18 +31,18 @@ def _as_losses(values: np.ndarray, objectives: Sequence[Objective]) -> np.ndarra
 
 
 def pareto_mask(values: np.ndarray, objectives: Sequence[Objective]) -> np.ndarray:
-    """Which rows of ``values`` (candidates x objectives) no other row dominates.
+    """Which rows of ``values`` (candidates x objectives) no other row dominates
+    (moocore's non-dominated filter).
 
     Rows with a NaN are never on the front; duplicates are all kept.
     """
-    losses = _as_losses(values, objectives)
-    n = len(losses)
-    ok = ~np.isnan(losses).any(axis=1) if n else np.zeros(0, bool)
-    mask = ok.copy()
-    for i in np.flatnonzero(ok):
-        others = losses[ok]
-        dominated = np.all(others <= losses[i], axis=1) & np.any(others < losses[i], axis=1)
-        mask[i] = not dominated.any()
+    import moocore
+
+    losses = _as_losses(values, objectives).reshape(-1, len(objectives))
+    mask = np.zeros(len(losses), dtype=bool)
+    ok = ~np.isnan(losses).any(axis=1)
+    if ok.any():
+        mask[ok] = moocore.is_nondominated(losses[ok], keep_weakly=True)
     return mask
 
 
@@ -66,16 +66,12 @@ def hypervolume(
     reference: float = REFERENCE,
 ) -> float:
     """Hypervolume of ``values`` normalised by ``baseline`` (see ``normalise``) against
-    the point ``reference`` on every axis; points beyond the reference add nothing."""
-    from optuna._hypervolume import compute_hypervolume
+    the point ``reference`` on every axis (moocore); points beyond it add nothing."""
+    import moocore
 
     losses = normalise(values, objectives, baseline)
     losses = losses[~np.isnan(losses).any(axis=1)]
     losses = losses[np.all(losses < reference, axis=1)]
     if len(losses) == 0:
         return 0.0
-    ref = np.full(losses.shape[1], reference)
-    if losses.shape[1] == 1:
-        return float(reference - losses.min())
-    front = losses[pareto_mask(losses, [Objective("x", MINIMIZE)] * losses.shape[1])]
-    return float(compute_hypervolume(np.unique(front, axis=0), ref, assume_pareto=True))
+    return float(moocore.hypervolume(losses, ref=np.full(losses.shape[1], reference)))

@@ -17,10 +17,40 @@ import pandas as pd
 
 from ._pareto import Objective
 
-PARETO_TAG = "frontier.pareto"
-TRIAL_TAG = "frontier.trial"
+
+class Tag:
+    """Every ``frontier.*`` MLflow tag name, written by ``MlflowCallback`` and read back by
+    ``frontier pareto`` / ``pick``; nothing else spells them."""
+
+    KIND = "frontier.kind"  # "search" (the parent run) or "trial"
+    # on the parent run
+    VERSION = "frontier.version"
+    STUDY = "frontier.study"
+    STORAGE = "frontier.storage"
+    OBJECTIVES = "frontier.objectives"
+    METRICS = "frontier.metrics"
+    CONSTRAINTS = "frontier.constraints"
+    CONSTRAINTS_AS_WRITTEN = "frontier.constraints_as_written"
+    REFERENCE_POINT = "frontier.reference_point"
+    HV_NORMALISATION = "frontier.hv_normalisation"
+    BASELINE = "frontier.baseline"
+    DEVICE_TABLES = "frontier.device_tables"
+    NOTES = "frontier.notes"
+    # on each trial run
+    TRIAL = "frontier.trial"
+    PARETO = "frontier.pareto"
+    STATE = "frontier.state"
+    FEASIBLE = "frontier.feasible"
+    ERROR = "frontier.error"
+    RUNG = "frontier.rung"
+    RUNG_INDEX = "frontier.rung_index"
+    ONNX_PRECISION = "frontier.onnx_precision"
+
+
+PARETO_TAG = Tag.PARETO
+TRIAL_TAG = Tag.TRIAL
+KIND_TAG = Tag.KIND
 PARENT_TAG = "mlflow.parentRunId"
-KIND_TAG = "frontier.kind"
 PLAN_FILE = "plan.json"
 MODEL_FILE = "model.onnx"
 
@@ -201,12 +231,12 @@ def find_search(uri: str, experiment: str | None = None, run_id: str | None = No
 
 
 def objectives_of(parent: Any) -> list[Objective]:
-    return [Objective(**o) for o in json.loads(parent.data.tags["frontier.objectives"])]
+    return [Objective(**o) for o in json.loads(parent.data.tags[Tag.OBJECTIVES])]
 
 
 def metrics_of(parent: Any) -> list[Objective]:
     """Every metric the search recorded, with its direction (objectives first)."""
-    found = parent.data.tags.get("frontier.metrics")
+    found = parent.data.tags.get(Tag.METRICS)
     return [Objective(**o) for o in json.loads(found)] if found else objectives_of(parent)
 
 
@@ -223,10 +253,10 @@ def front_frame(uri: str, parent: Any, *, members_only: bool = True) -> pd.DataF
         row: dict[str, Any] = {
             "run_id": r.info.run_id,
             "trial": int(r.data.tags.get(TRIAL_TAG, -1)),
-            "rung": r.data.tags.get("frontier.rung", ""),
+            "rung": r.data.tags.get(Tag.RUNG, ""),
             "pareto": r.data.tags.get(PARETO_TAG) == "true",
-            "state": r.data.tags.get("frontier.state", ""),
-            "feasible": r.data.tags.get("frontier.feasible") == "true",
+            "state": r.data.tags.get(Tag.STATE, ""),
+            "feasible": r.data.tags.get(Tag.FEASIBLE) == "true",
         }
         row.update({objective_name(k): v for k, v in r.data.metrics.items()})
         rows.append(row)

@@ -109,8 +109,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def cmd_lut_ops(args: argparse.Namespace) -> int:
-    from frontier.latency_models import write_bundle
-    from frontier.latency_models._validate import quiet_root_logger
+    from frontier.latency_models import quiet_root_logger, write_bundle
 
     config = _load(args.config)
     task, model, space = _task_and_space(config)
@@ -245,7 +244,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         address=args.address,
         workers=args.workers,
         resume=args.resume,
-        progress=not args.no_progress,
+        progress="lines" if args.no_progress else True,
     )
     result = search.run()
     failed = int((result.trials["state"] == "failed").sum()) if not result.trials.empty else 0
@@ -306,7 +305,7 @@ class UsageError(ValueError):
 
 
 def _front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from ._tracking import find_search, front_frame, metrics_of
+    from ._tracking import Tag, find_search, front_frame, metrics_of
 
     uri = _tracking_uri(args)
     parent = find_search(uri, args.experiment, getattr(args, "run", None))
@@ -314,7 +313,7 @@ def _front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     frame = front_frame(uri, parent, members_only=not (getattr(args, "all", False) or on))
     if on:
         frame = _front_on(frame, on, metrics_of(parent))
-    baseline = json.loads(parent.data.tags.get("frontier.baseline", "{}"))
+    baseline = json.loads(parent.data.tags.get(Tag.BASELINE, "{}"))
     for c in _where(args.where):
         try:
             c = c.resolve(baseline)
@@ -359,7 +358,7 @@ def _order(frame: Any, key: str, objectives: list[Any]) -> Any:
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from ._tracking import metrics_of
+    from ._tracking import Tag, metrics_of
 
     uri, parent, frame = _front(args)
     metrics = metrics_of(parent)
@@ -374,7 +373,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     else:
         print(
             f"search {parent.info.run_name} ({parent.info.run_id}), "
-            f"constraints {parent.data.tags.get('frontier.constraints', '[]')}"
+            f"constraints {parent.data.tags.get(Tag.CONSTRAINTS, '[]')}"
         )
         hidden = [] if args.all else ["pareto", "state", "feasible"]
         shown = frame.drop(columns=hidden, errors="ignore")
@@ -554,7 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="override search.seed")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--storage", help="Optuna storage (a journal file path or a database URL)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="a line per generation instead of a progress bar",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -611,7 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     from frontier.spaces import PlanError, SpaceError
 
     from ._config import ConfigError
-    from ._engine import SearchError, no_telemetry
+    from ._engine import no_telemetry
+    from ._storage import SearchError
     from ._tracking import TrackingError
 
     no_telemetry()

@@ -11,6 +11,7 @@ from ._export import (
     ExportResult,
     export_onnx,
     int8_layers,
+    int8_op_types,
     onnx_module_name,
     quantize_onnx_int8,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "discover",
     "export_onnx",
     "int8_layers",
+    "int8_op_types",
     "kept_channels",
     "model_cost",
     "onnx_module_name",

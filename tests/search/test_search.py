@@ -16,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from frontier.evaluators import MINIMIZE, Evaluator, Measurement, register_evaluator
-from frontier.search import Search, load_config, open_storage, pareto_mask, run
+from frontier.search import Callback, Search, load_config, open_storage, pareto_mask, run
 from frontier.search.cli import main
 
 
@@ -123,7 +123,11 @@ def _complete(storage_path: Path) -> list[tuple[int, dict]]:
 
 @pytest.mark.slow
 def test_resume_after_sigkill(write_config, workdir: Path) -> None:
-    path = write_config(objectives=[{"name": "accuracy", "options": {"steps": 150}}, "size_bytes"])
+    # killed inside the first generation, which NSGA-II samples at random from its seed
+    path = write_config(
+        objectives=[{"name": "accuracy", "options": {"steps": 150}}, "size_bytes"],
+        search={"anchors": False, "population": 10},
+    )
     journal = workdir / "frontier-optuna.journal"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(path), "--no-progress"]
@@ -140,6 +144,12 @@ def test_resume_after_sigkill(write_config, workdir: Path) -> None:
     after = [(t.number, t.params) for t in result.study.trials if t.state.name == "COMPLETE"]
     assert len(after) == 12  # the budget, no more
     assert before == after[: len(before)]  # nothing completed was lost or re-run
+    plans = [
+        json.dumps(t.user_attrs["plan"], sort_keys=True)
+        for t in result.study.trials
+        if t.state.name == "COMPLETE"
+    ]
+    assert len(set(plans)) == 12  # the resumed sampler did not replay the plans already run
     # one MLflow trial run per completed trial, none twice
     client = _client()
     runs = client.search_runs(
@@ -191,7 +201,7 @@ def test_malformed_config_names_the_field(tmp_path: Path, capsys) -> None:
     assert main(["search", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: objectives.1.name: latency_ms needs a device" in err
-    assert f"{path}: search.sampler: Input should be" in err and "'cmaes'" in err
+    assert f"{path}: search.sampler: unknown sampler 'cmaes'; known: gp, nsga2, random, tpe" in err
     path.write_text("constraints: ['size_bytes < 3']\n")
     assert main(["search", str(path)]) == 2
     assert "constraints: constraint 'size_bytes < 3' must read" in capsys.readouterr().err
@@ -284,16 +294,15 @@ def test_relative_constraints_hold_on_the_front(write_config) -> None:
 
 
 def test_a_second_driver_on_the_same_journal_is_refused(write_config, workdir: Path) -> None:
-    from frontier.search import SearchError
-    from frontier.search._engine import _driver_lock
+    from frontier.search import SearchError, driver_lock
 
     journal = str(workdir / "frontier-optuna.journal")
-    held = _driver_lock(journal)  # as a running search holds it
+    held = driver_lock(journal)  # as a running search holds it
     try:
         with pytest.raises(SearchError, match="another frontier search"):
             run(write_config(), trials=2, progress=False)
     finally:
-        held.close()
+        held.release()
     assert len(run(write_config(), trials=2, progress=False).trials) == 2  # free again
 
 
@@ -314,3 +323,64 @@ def test_a_search_with_no_feasible_plan_finishes_and_says_so(write_config, capsy
     assert "closest: size_bytes <= 10" in out  # accuracy >= 0.2 holds somewhere; size never
     trials = _complete(path.parent / "frontier-optuna.journal")
     assert len(trials) == 8  # every trial recorded
+
+
+class _Seen(Callback):
+    """A user's callback: remembers what the search told it."""
+
+    def __init__(self) -> None:
+        self.trials: list[int] = []
+        self.generations: list[int] = []
+        self.finished = ""
+
+    def on_trial(self, search, record) -> None:
+        self.trials.append(record.number)
+
+    def on_generation(self, search, final) -> None:
+        self.generations.append(search.generation)
+
+    def on_finish(self, search, status) -> None:
+        self.finished = status
+
+
+def test_user_sampler_object_and_callback(write_config) -> None:
+    import optuna
+
+    seen = _Seen()
+    sampler = optuna.samplers.RandomSampler(seed=3)
+    result = run(
+        write_config(search={"anchors": False}), sampler=sampler, callbacks=[seen], progress=False
+    )
+    assert result.study.sampler is sampler
+    assert sorted(seen.trials) == sorted(result.trials.trial) and len(seen.trials) == 12
+    assert seen.generations == sorted(seen.generations) and len(seen.generations) >= 3
+    assert seen.finished == "FINISHED"
+    client = _client()
+    assert client.get_run(result.mlflow_run_id).data.params["sampler"] == "RandomSampler"
+
+
+def test_a_sampler_that_repeats_itself_runs_no_plan_twice(write_config) -> None:
+    import optuna
+
+    class Stuck(optuna.samplers.RandomSampler):
+        """Proposes the same plan over and over (a converged sampler, a replay)."""
+
+        def sample_independent(self, study, trial, name, distribution):
+            return distribution.choices[0]
+
+    result = run(write_config(search={"anchors": False}), sampler=Stuck(seed=0), progress=False)
+    plans = [
+        json.dumps(t.user_attrs["plan"], sort_keys=True)
+        for t in result.study.trials
+        if t.state.name == "COMPLETE"
+    ]
+    assert len(plans) == 12 and len(set(plans)) == 12
+    refused = [t for t in result.study.trials if t.state.name == "PRUNED"]
+    assert refused and all("frontier.duplicate_of" in t.user_attrs for t in refused)
+
+
+def test_without_a_terminal_a_line_per_generation(write_config, capsys) -> None:
+    assert main(["search", str(write_config()), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("frontier: generation ")]
+    assert len(lines) >= 3 and "12/12 trials" in lines[-1] and "HV" in lines[-1]

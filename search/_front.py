@@ -1,0 +1,153 @@
+"""A search's trial records and its front: which completed trials are feasible and
+non-dominated, at which rung, and their hypervolume."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._config import Constraint
+from ._pareto import Objective, hypervolume, pareto_mask
+
+
+@dataclass
+class TrialRecord:
+    """One trial as the driver knows it: its parameters, plan, state and the metrics it
+    reached at each rung (a promotion re-measures accuracy only)."""
+
+    number: int
+    params: dict[str, Any]
+    plan: dict[str, Any]
+    state: str  # "complete" | "failed"
+    rungs: dict[int, dict[str, float]] = field(default_factory=dict)
+    error: str = ""
+    #: the MLflow run and what was last written there (the MLflow callback's)
+    run_id: str = ""
+    on_front: bool = False
+    exported_rung: int = -1
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The plan, canonically: equal plans have equal keys."""
+        return plan_key(self.plan)
+
+    @property
+    def rung(self) -> int:
+        return max(self.rungs) if self.rungs else -1
+
+    def values(self, rung: int | None = None) -> dict[str, float]:
+        """Metrics at ``rung`` (default: the highest reached); the rest carries over from
+        the rungs below."""
+        rung = self.rung if rung is None else rung
+        merged: dict[str, float] = {}
+        for r in sorted(self.rungs):
+            if r <= rung:
+                merged.update(self.rungs[r])
+        return merged
+
+
+def plan_key(plan: Mapping[str, Any]) -> str:
+    """A plan's canonical text: equal plans, equal keys."""
+    return json.dumps(plan, sort_keys=True)
+
+
+class Front:
+    """The feasible, non-dominated trials among ``records``.
+
+    Args:
+        records: trial number -> record; a live mapping the search keeps adding to
+            (call ``changed()`` after each change: the front is cached until then).
+        objectives: the objectives, with directions.
+        constraints: resolved (absolute) constraints; a trial that breaks one is not on
+            the front.
+    """
+
+    def __init__(
+        self,
+        records: Mapping[int, TrialRecord],
+        objectives: Sequence[Objective],
+        constraints: Sequence[Constraint],
+    ) -> None:
+        self.records = records
+        self.objectives = list(objectives)
+        self.constraints = list(constraints)
+        self._version = 0
+        self._cache: dict[tuple[int, int | None], list[int]] = {}
+
+    def changed(self) -> None:
+        """A record was added or reached a new rung."""
+        self._version += 1
+        self._cache.clear()
+
+    def feasible(self, values: Mapping[str, float]) -> bool:
+        return all(c.holds(values[c.objective]) for c in self.constraints)
+
+    def complete(self) -> list[TrialRecord]:
+        return [r for r in self.records.values() if r.state == "complete"]
+
+    def matrix(self, records: Sequence[TrialRecord], rung: int | None = None) -> np.ndarray:
+        """Objective values, one row per record."""
+        return np.array(
+            [[r.values(rung)[o.name] for o in self.objectives] for r in records], dtype=float
+        ).reshape(len(records), len(self.objectives))
+
+    def numbers(self, rung: int | None = None) -> list[int]:
+        """Trial numbers on the front, each at its highest rung (or at ``rung``, among
+        those that reached it). A plan proposed twice is listed once (its first trial)."""
+        cache_key = (self._version, rung)
+        if cache_key not in self._cache:
+            unique: dict[str, TrialRecord] = {}
+            for r in sorted(self.complete(), key=lambda r: r.number):
+                if (rung is None or r.rung >= rung) and self.feasible(r.values(rung)):
+                    unique.setdefault(r.key, r)
+            recs = list(unique.values())
+            mask = pareto_mask(self.matrix(recs, rung), self.objectives)
+            self._cache[cache_key] = [r.number for r, m in zip(recs, mask, strict=True) if m]
+        return list(self._cache[cache_key])
+
+    def hypervolume(self, baseline: Mapping[str, float]) -> float:
+        """Of the front, normalised by the baseline's values (see ``normalise``)."""
+        members = [self.records[n] for n in self.numbers()]
+        if not members:
+            return 0.0
+        base = [baseline[o.name] for o in self.objectives]
+        return hypervolume(self.matrix(members), self.objectives, base)
+
+    def frame(self, rung_names: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
+        """One row per member: ``trial``, ``run_id``, ``rung`` and every metric (the
+        columns are there also when the front is empty)."""
+        rows = [
+            {
+                "trial": n,
+                "run_id": self.records[n].run_id,
+                "rung": rung_names[self.records[n].rung],
+                **self.records[n].values(),
+            }
+            for n in self.numbers()
+        ]
+        return pd.DataFrame(rows, columns=["trial", "run_id", "rung", *metrics])
+
+    def closest_miss(self) -> str:
+        """When no completed plan meets every constraint: the constraint that came
+        closest to holding (smallest violation relative to its bound) and the best value
+        reached; '' when some plan is feasible or nothing completed."""
+        done = [r.values() for r in self.complete()]
+        if not done or not self.constraints or any(self.feasible(v) for v in done):
+            return ""
+        misses = []
+        for c in self.constraints:
+            best = min(v[c.objective] for v in done if c.objective in v) if c.op == "<=" else None
+            if best is None:
+                best = max(v[c.objective] for v in done if c.objective in v)
+            if not c.holds(best):
+                misses.append((c.violation(best) / (abs(c.bound) or 1.0), c, best))
+        if not misses:
+            return "each constraint holds for some plan, but no plan meets them all"
+        _, c, value = min(misses, key=lambda m: m[0])
+        return f"closest: {c} (best {c.objective} reached: {value:.6g})"

@@ -1,0 +1,287 @@
+"""MLflow as a search callback: one parent run per search, one nested run per trial,
+front membership as tags, the front's ONNX models, CSV and plots as artifacts.
+
+Writes go, in order, to one background thread so the search loop never waits on the
+tracking store; torch work (exporting a front member) stays on the driver's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ._callbacks import Callback
+from ._pareto import REFERENCE, Objective
+from ._tracking import MODEL_FILE, PLAN_FILE, Tag, Tracker
+
+if TYPE_CHECKING:
+    from ._engine import Search
+    from ._front import TrialRecord
+
+#: the study attribute that remembers the parent run, so a resumed search reopens it
+RUN_ATTR = "frontier.mlflow_run_id"
+
+
+class _Background:
+    """MLflow writes, in order, on one background thread. A write that fails is reported
+    once, and the search goes on (a resumed search writes the trial runs that are
+    missing)."""
+
+    def __init__(self) -> None:
+        import concurrent.futures as cf
+
+        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontier-mlflow")
+        self._futures: list[Any] = []
+        self.errors: list[str] = []
+
+    def __call__(self, fn: Callable[[], Any]) -> None:
+        self._futures.append(self._pool.submit(fn))
+        self._collect()
+
+    def _collect(self) -> None:
+        pending = []
+        for f in self._futures:
+            if not f.done():
+                pending.append(f)
+            elif f.exception() is not None:
+                err = f"{type(f.exception()).__name__}: {f.exception()}"
+                if not self.errors:
+                    print(f"warning: MLflow write failed: {err}", file=sys.stderr)
+                self.errors.append(err)
+        self._futures = pending
+
+    def drain(self) -> None:
+        import concurrent.futures as cf
+
+        cf.wait(self._futures)
+        self._collect()
+
+
+class MlflowCallback(Callback):
+    """Tracks a search in MLflow.
+
+    Args:
+        uri: the tracking URI (``sqlite:///mlflow.db`` or ``http://host:port``).
+        experiment: the MLflow experiment name.
+        export_front: write each front member's ONNX model and plan as artifacts.
+        plot_interval_s: front CSV, plots and exports are refreshed at most this often
+            (and at the end): they cost CPU.
+    """
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        experiment: str,
+        export_front: bool = True,
+        plot_interval_s: float = 20.0,
+    ) -> None:
+        self.uri = uri
+        self.experiment = experiment
+        self.export_front = export_front
+        self.plot_interval_s = plot_interval_s
+        self.parent = ""
+        self.later = _Background()
+        self._last_front_csv = ""
+        self._last_plot = -float("inf")
+
+    # -- hooks ----------------------------------------------------------------------------
+    def on_start(self, search: Search) -> None:
+        self.tracker = Tracker(self.uri, self.experiment)
+        parent = search.study.user_attrs.get(RUN_ATTR)
+        if parent:
+            self.parent = parent
+            self.tracker.reopen(parent)
+        else:
+            self.parent = self._start_parent(search)
+            search.study.set_user_attr(RUN_ATTR, self.parent)
+            search.study_store.flush()
+        # trials a killed run finished but never logged
+        logged = self.tracker.trial_runs(self.parent)
+        for rec in search.records.values():
+            rec.run_id = logged.get(rec.number, "")
+            rec.on_front = True  # re-tag every restored trial at the next generation
+            if not rec.run_id:
+                self.on_trial(search, rec)
+
+    def on_trial(self, search: Search, record: TrialRecord) -> None:
+        tags = {Tag.STATE: record.state, Tag.PARETO: "false", **self._rung_tags(search, record)}
+        if record.error:
+            tags[Tag.ERROR] = record.error[:5000]
+        values = record.values() if record.state == "complete" else {}
+        if values:
+            tags[Tag.FEASIBLE] = str(search.front.feasible(values)).lower()
+        params, parent, failed = dict(record.params), self.parent, record.state == "failed"
+
+        def write() -> None:
+            record.run_id = self.tracker.log_trial(
+                parent, record.number, params=params, values=values, tags=tags, failed=failed
+            )
+
+        self.later(write)
+
+    def on_promotion(self, search: Search, record: TrialRecord, rung: int) -> None:
+        values, tags = dict(record.rungs[rung]), self._rung_tags(search, record)
+
+        def write() -> None:
+            if record.run_id:
+                self.tracker.log_metrics(record.run_id, values, step=rung)
+                self.tracker.set_tags(record.run_id, tags)
+
+        self.later(write)
+
+    def on_generation(self, search: Search, final: bool) -> None:
+        front = set(search.front.numbers())
+        was = {n for n, r in search.records.items() if r.on_front}
+        for n in front ^ was:
+            rec = search.records[n]
+            rec.on_front = n in front
+            self._tag_later(rec, {Tag.PARETO: str(n in front).lower()})
+        metrics = {
+            "hypervolume": search.hypervolume,
+            "front_size": len(front),
+            "trials_done": search.done,
+        }
+        parent, step = self.parent, search.generation
+        self.later(lambda: self.tracker.log_metrics(parent, metrics, step=step))
+        frame = search.pareto_frame()
+        text = frame.drop(columns="run_id").to_csv(index=False)
+        if text == self._last_front_csv:
+            return  # artifacts only when the front moved,
+        if not final and time.monotonic() - self._last_plot < self.plot_interval_s:
+            return  # and at most every plot_interval_s
+        self._last_front_csv = text
+        self._last_plot = time.monotonic()
+        if self.export_front:
+            for n in sorted(front):
+                self._export(search, search.records[n])
+        members = [search.records[n] for n in frame["trial"]]
+        points = search.front.matrix(search.front.complete())
+        objectives = search.objectives
+
+        def write() -> None:
+            frame["run_id"] = [r.run_id for r in members]  # known once earlier writes ran
+            self.tracker.log_text(parent, frame.to_csv(index=False), "pareto.csv")
+            _plot_fronts(self.tracker, parent, objectives, points, frame)
+
+        self.later(write)
+
+    def on_finish(self, search: Search, status: str) -> None:
+        if not self.parent:
+            return  # never started
+        self.later.drain()
+        metrics = {**search.summary, "tracking_errors": len(self.later.errors)}
+        self.tracker.log_metrics(self.parent, metrics, step=search.generation)
+        self.tracker.finish(self.parent, status)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _start_parent(self, search: Search) -> str:
+        from importlib.metadata import version
+
+        cfg, evaluation = search.config, search.evaluation
+        tables = {n: t.content_hash for n, t in evaluation.tables.items()}
+        as_dicts = [{"name": o.name, "direction": o.direction} for o in search.objectives]
+        parent = self.tracker.start_parent(
+            search.study_name,
+            params={
+                "seed": cfg.search.seed,
+                "sampler": search.sampler_name,
+                "trials": cfg.search.trials,
+                "rungs": ",".join(evaluation.rungs),
+                "promote": cfg.search.fidelity.promote,
+                "backend": cfg.backend.kind,
+                "task": cfg.task.name,
+            },
+            tags={
+                Tag.VERSION: version("frontier"),
+                Tag.STUDY: search.study_name,
+                Tag.STORAGE: search.study_store.url,
+                Tag.OBJECTIVES: json.dumps(as_dicts),
+                Tag.METRICS: json.dumps(
+                    [{"name": o.name, "direction": o.direction} for o in evaluation.recorded()]
+                ),
+                Tag.CONSTRAINTS: json.dumps([str(c) for c in search.constraints]),
+                Tag.CONSTRAINTS_AS_WRITTEN: json.dumps(cfg.constraints),
+                Tag.REFERENCE_POINT: json.dumps({o.name: REFERENCE for o in search.objectives}),
+                Tag.HV_NORMALISATION: "minimize: value/baseline; maximize: 1 - value/baseline",
+                Tag.BASELINE: json.dumps(search.baseline),
+                Tag.DEVICE_TABLES: json.dumps(tables),
+                Tag.NOTES: json.dumps(evaluation.notes),
+            },
+        )
+        self.tracker.log_text(parent, cfg.model_dump_json(indent=2), "config.json")
+        self.tracker.log_text(parent, evaluation.space.describe(), "space.txt")
+        return parent
+
+    def _rung_tags(self, search: Search, rec: TrialRecord) -> dict[str, str]:
+        return {
+            Tag.RUNG: search.evaluation.rungs[rec.rung] if rec.rung >= 0 else "",
+            Tag.RUNG_INDEX: str(rec.rung),
+        }
+
+    def _tag_later(self, rec: TrialRecord, tags: dict[str, str]) -> None:
+        self.later(lambda: self.tracker.set_tags(rec.run_id, tags))  # the run exists by now
+
+    def _export(self, search: Search, rec: TrialRecord) -> None:
+        """A front member's ONNX model (the one its accuracy was measured on) and plan."""
+        import shutil
+        import tempfile
+
+        if rec.exported_rung == rec.rung:
+            return
+        tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
+        result = search.evaluation.export(rec.plan, max(rec.rung, 0), tmp / MODEL_FILE)
+        (tmp / PLAN_FILE).write_text(search.evaluation.plan(rec.plan).to_json())
+        rec.exported_rung = rec.rung
+
+        def write() -> None:
+            try:
+                self.tracker.log_artifact_files(rec.run_id, [tmp / MODEL_FILE, tmp / PLAN_FILE])
+                self.tracker.set_tags(rec.run_id, {Tag.ONNX_PRECISION: result.precision})
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+        self.later(write)
+
+
+def _plot_fronts(
+    tracker: Tracker,
+    parent: str,
+    objectives: list[Objective],
+    points: np.ndarray,
+    frame: pd.DataFrame,
+) -> None:
+    """2-D projections of the trials and the front, one PNG per objective pair
+    (matplotlib's object API: safe off the main thread)."""
+    import itertools
+    import tempfile
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if len(objectives) < 2 or len(points) == 0:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for (i, a), (j, b) in itertools.combinations(enumerate(objectives), 2):
+            fig = Figure(figsize=(5, 4))
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot()
+            ax.scatter(points[:, i], points[:, j], s=8, c="0.7", label="trials")
+            if not frame.empty:
+                ax.scatter(frame[a.name], frame[b.name], s=18, c="tab:red", label="front")
+            ax.set_xlabel(f"{a.name} ({a.direction})")
+            ax.set_ylabel(f"{b.name} ({b.direction})")
+            ax.legend(loc="best", fontsize=8)
+            fig.tight_layout()
+            path = Path(tmp) / f"{a.name}--{b.name}.png".replace("@", "_at_")
+            fig.savefig(path, dpi=80)
+            files.append(path)
+        tracker.log_artifact_files(parent, files, "front")

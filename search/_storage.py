@@ -1,0 +1,208 @@
+"""Where a search's study lives: the Optuna storage (a journal file or a database), the
+driver's lock on it, its buffered writes, and rebuilding the records on resume."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ._config import Config
+from ._front import TrialRecord
+
+#: the study's own attributes (Optuna user attrs, not MLflow tags)
+CONFIG_ATTR = "frontier.config_name"
+BASELINE_ATTR = "frontier.baseline"
+INTERRUPTED_ATTR = "frontier.interrupted"
+GENERATION_ATTR = "frontier.generation"
+RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
+DUPLICATE_ATTR = "frontier.duplicate_of"  # on a trial the driver refused as a repeat
+
+
+class SearchError(RuntimeError):
+    """A search cannot start or resume; the message says why and what to do."""
+
+
+def default_storage(config: Config) -> str:
+    """A journal file beside the MLflow database (or in the working directory when
+    tracking goes to a server)."""
+    uri = config.tracking.uri
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
+    else:
+        folder = Path.cwd()
+    return str(folder / "frontier-optuna.journal")
+
+
+def _is_database(url: str) -> bool:
+    return "://" in url and not url.startswith("journal:")
+
+
+def open_storage(url: str, *, single_writer: bool = False) -> Any:
+    """An Optuna storage: a journal file (a path, or ``journal:PATH``; safe for several
+    processes on one machine), or an RDB URL (``postgresql://``, ``mysql://``,
+    ``sqlite:///``) for several machines.
+
+    Args:
+        url: the storage.
+        single_writer: this process is the journal's only writer (the search driver):
+            writes are buffered and made durable together (``storage.flush()``), one
+            fsync per finished trial instead of one per parameter.
+    """
+    import optuna
+
+    if _is_database(url):
+        return optuna.storages.RDBStorage(url)
+    path = Path(url.removeprefix("journal:")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from optuna.storages.journal import JournalFileBackend
+
+    backend: Any = JournalFileBackend(str(path))
+    if single_writer:
+        backend = BufferedJournal(backend)
+    storage = optuna.storages.JournalStorage(backend)
+    if single_writer:
+        storage.flush = backend.flush  # type: ignore[attr-defined]
+    return storage
+
+
+class BufferedJournal:
+    """A journal file backend for its only writer: appended logs stay in memory (and
+    are read back from there) until ``flush`` writes them with one fsync."""
+
+    def __init__(self, backend: Any) -> None:
+        self._file = backend
+        self._on_disk = sum(1 for _ in backend.read_logs(0))
+        self._buffer: list[dict[str, Any]] = []
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        if log_number_from < self._on_disk:
+            yield from self._file.read_logs(log_number_from)
+        yield from self._buffer[max(0, log_number_from - self._on_disk) :]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self._buffer.extend(logs)
+
+    def flush(self) -> None:
+        if self._buffer:
+            self._file.append_logs(self._buffer)
+            self._on_disk += len(self._buffer)
+            self._buffer = []
+
+
+def driver_lock(url: str) -> Any:
+    """Hold the journal's driver lock for the whole search (filelock: portable, and the
+    OS drops it when the process dies, so a killed search can always be resumed). The
+    driver buffers its journal writes, so two drivers on one journal would corrupt it.
+    Returns the held lock (``.release()``), or None for a database storage."""
+    import filelock
+
+    if _is_database(url):
+        return None  # a database storage: Optuna arbitrates
+    path = Path(url.removeprefix("journal:")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(path.with_name(path.name + ".driver-lock")), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise SearchError(
+            f"another frontier search is running on {path}; wait for it to finish, or "
+            "give this one its own storage (--storage PATH)"
+        ) from None
+    return lock
+
+
+class StudyStore:
+    """The study of one search in its storage, held by this driver until ``close()``.
+
+    Args:
+        url: the storage (see ``open_storage``).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = driver_lock(url)
+        try:
+            self.storage = open_storage(url, single_writer=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def open(self, config_name: str, directions: list[Any], sampler: Any, *, resume: bool) -> Any:
+        """The latest study of ``config_name`` (``resume``) or a new one, named after
+        the config (``NAME``, ``NAME-2``, ...)."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        summaries = optuna.get_all_study_summaries(self.storage, include_best_trial=False)
+        mine = sorted(
+            (s for s in summaries if s.user_attrs.get(CONFIG_ATTR) == config_name),
+            key=lambda s: s._study_id,
+        )
+        if resume:
+            if not mine:
+                raise SearchError(
+                    f"nothing to resume: no study of config {config_name!r} in {self.url}"
+                )
+            name = mine[-1].study_name
+        else:
+            taken = {s.study_name for s in summaries}
+            name, k = config_name, 1
+            while name in taken:
+                k += 1
+                name = f"{config_name}-{k}"
+        study = optuna.create_study(
+            study_name=name,
+            storage=self.storage,
+            sampler=sampler,
+            directions=directions,
+            load_if_exists=resume,
+        )
+        if not resume:
+            study.set_user_attr(CONFIG_ATTR, config_name)
+        return study
+
+    def flush(self) -> None:
+        """Make what the study holds durable (a buffered journal writes it now)."""
+        flush = getattr(self.storage, "flush", None)
+        if flush is not None:
+            flush()
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+def restore(study: Any) -> dict[int, TrialRecord]:
+    """The records of a study a run left behind. Trials a killed run left RUNNING are
+    failed, marked interrupted and queued again with the same parameters; trials the
+    driver refused as repeats are skipped."""
+    from optuna.trial import TrialState
+
+    attrs = study.user_attrs
+    interrupted = list(attrs.get(INTERRUPTED_ATTR, []))
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(t.number, state=TrialState.FAIL)
+        study.enqueue_trial(t.params, skip_if_exists=False)
+        interrupted.append(t.number)
+    study.set_user_attr(INTERRUPTED_ATTR, interrupted)
+    records: dict[int, TrialRecord] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.number in interrupted:
+            continue
+        if t.state == TrialState.COMPLETE:
+            rec = TrialRecord(t.number, t.params, t.user_attrs["plan"], "complete")
+            rec.rungs[0] = dict(t.user_attrs["values"])
+            for r, vals in attrs.get(RUNG_ATTR + str(t.number), {}).items():
+                rec.rungs[int(r)] = dict(vals)
+            records[t.number] = rec
+        elif t.state == TrialState.FAIL:
+            records[t.number] = TrialRecord(
+                t.number,
+                t.params,
+                t.user_attrs.get("plan", {}),
+                "failed",
+                error=t.user_attrs.get("error", ""),
+            )
+    return records
