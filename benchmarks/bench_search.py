@@ -153,7 +153,7 @@ def uniform_grid(config: Any) -> list[dict[str, Any]]:
     from frontier.spaces import discover
 
     task = build_task(config.task.name, **config.task.options)
-    return grid(discover(task.baseline(), task.example_inputs(), config.space.options()))
+    return grid(discover(task.baseline(), task.example_inputs(), config.space))
 
 
 def hypervolumes(trials: int, seeds: list[int]) -> dict[str, Any]:

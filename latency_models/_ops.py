@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from frontier.spaces import CompressionPlan, SearchSpace, int8_layers, int8_op_types, kept_channels
+from frontier.spaces import (
+    CompressionPlan,
+    SearchSpace,
+    build_technique,
+    int8_layers,
+    int8_op_types,
+    kept_channels,
+)
 
 from ._templates import WEIGHTED, OpTemplate, Templates
 
@@ -215,6 +222,8 @@ def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
         if spec is None:
             spec = templates.memo[memo_key] = instantiate(t, keep, precision, sparsity)
         out.append(spec)
+    for name in plan.techniques:  # a registered technique may change what runs
+        out = build_technique(name).latency_ops(out, plan)
     return out
 
 

@@ -24,13 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from frontier.spaces import (
-    SUPPORTED_BITS,
-    DistillOptions,
-    SpaceOptions,
-    StudentSpec,
-    SwapOptions,
-)
+from frontier.spaces import SpaceOptions
 
 
 class ConfigError(ValueError):
@@ -46,121 +40,6 @@ class TaskSection(_Section):
 
     name: str = "digits"
     options: dict[str, Any] = Field(default_factory=dict)
-
-
-class DistillSection(_Section):
-    temperatures: list[float] = Field(default=[2.0, 4.0, 8.0], min_length=1)
-    alphas: list[float] = Field(default=[0.5, 0.9], min_length=1)
-    optional: bool = True
-
-    @field_validator("temperatures")
-    @classmethod
-    def _positive(cls, values: list[float]) -> list[float]:
-        for v in values:
-            if v <= 0:
-                raise ValueError(f"temperatures must be > 0, got {v}")
-        return values
-
-    @field_validator("alphas")
-    @classmethod
-    def _unit(cls, values: list[float]) -> list[float]:
-        for v in values:
-            if not 0 <= v <= 1:
-                raise ValueError(f"alphas must be in [0, 1], got {v}")
-        return values
-
-
-class StudentSection(_Section):
-    family: str
-    width_mult: float = Field(default=1.0, gt=0)
-    depth_mult: float = Field(default=1.0, gt=0)
-
-
-class SwapSection(_Section):
-    """An activation-swap dimension: keep ``replace`` modules or swap in one of ``to``."""
-
-    replace: str
-    to: list[Literal["relu", "hardswish"]] = Field(default=["relu", "hardswish"], min_length=1)
-
-
-class SpaceSection(_Section):
-    """The search space: grids, rounding, importance, layer selection, ties."""
-
-    prune_ratios: list[float] = Field(
-        default=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], min_length=1
-    )
-    weight_bits: list[int] = Field(default=[4, 8, 16, 32], min_length=1)
-    act_bits: list[int] = Field(default=[8, 32], min_length=1)
-    sparsity: list[float] = Field(default=[0.0], min_length=1)
-    round_to: int = Field(default=1, ge=1)
-    importance: Literal["l1", "taylor", "bn_scale"] = "l1"
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
-    ties: dict[str, str] = Field(default_factory=dict)
-    distill: DistillSection | None = None
-    students: list[StudentSection] = Field(default_factory=list)
-    activation_swap: SwapSection | None = None
-
-    @field_validator("prune_ratios", "sparsity")
-    @classmethod
-    def _ratios(cls, values: list[float]) -> list[float]:
-        for v in values:
-            if not 0 <= v < 1:
-                raise ValueError(f"values must be in [0, 1), got {v}")
-        return values
-
-    @field_validator("weight_bits", "act_bits")
-    @classmethod
-    def _bits(cls, values: list[int]) -> list[int]:
-        for v in values:
-            if v not in SUPPORTED_BITS:
-                raise ValueError(f"bit widths must be among {list(SUPPORTED_BITS)}, got {v}")
-        return values
-
-    @field_validator("include", "exclude")
-    @classmethod
-    def _regexes(cls, values: list[str]) -> list[str]:
-        import re
-
-        for v in values:
-            try:
-                re.compile(v)
-            except re.error as err:
-                raise ValueError(f"{v!r} is not a valid regex ({err})") from err
-        return values
-
-    @field_validator("ties")
-    @classmethod
-    def _tie_regexes(cls, ties: dict[str, str]) -> dict[str, str]:
-        cls._regexes(list(ties.values()))
-        return ties
-
-    def options(self) -> SpaceOptions:
-        """The ``SpaceOptions`` this section describes."""
-        return SpaceOptions(
-            prune_ratios=tuple(self.prune_ratios),
-            weight_bits=tuple(self.weight_bits),
-            act_bits=tuple(self.act_bits),
-            sparsity=tuple(self.sparsity),
-            round_to=self.round_to,
-            importance=self.importance,
-            include=tuple(self.include),
-            exclude=tuple(self.exclude),
-            ties=dict(self.ties),
-            distill=None
-            if self.distill is None
-            else DistillOptions(
-                temperatures=tuple(self.distill.temperatures),
-                alphas=tuple(self.distill.alphas),
-                optional=self.distill.optional,
-            ),
-            students=tuple(
-                StudentSpec(s.family, s.width_mult, s.depth_mult) for s in self.students
-            ),
-            activation_swap=None
-            if self.activation_swap is None
-            else SwapOptions(self.activation_swap.replace, tuple(self.activation_swap.to)),
-        )
 
 
 class CarbonSection(_Section):
@@ -179,7 +58,6 @@ class CarbonSection(_Section):
         return CarbonScenario(**self.model_dump())
 
 
-SAMPLERS = ("nsga2", "tpe", "gp", "random")
 _CONSTRAINT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w@.\-]*)\s*(?P<op><=|>=)\s*(?P<bound>\S.*?)\s*$")
 
 
@@ -319,6 +197,8 @@ class BackendSection(_Section):
     cpus_per_trial: float = Field(default=1.0, gt=0)
     gpus_per_trial: float = Field(default=0.0, ge=0)
     max_retries: int = Field(default=2, ge=0)
+    #: torch intra-op threads per trial (README, "Threads"); None keeps torch's default
+    threads_per_trial: int | None = Field(default=1, ge=1)
 
     @field_validator("kind")
     @classmethod
@@ -369,7 +249,8 @@ class Config(_Section):
     name: str = "experiment"
     description: str = ""
     task: TaskSection = Field(default_factory=TaskSection)
-    space: SpaceSection = Field(default_factory=SpaceSection)
+    #: the space section is ``SpaceOptions`` itself: one schema, validated by pydantic
+    space: SpaceOptions = Field(default_factory=SpaceOptions)
     carbon: CarbonSection = Field(default_factory=CarbonSection)
     objectives: list[ObjectiveSection] = Field(
         default_factory=lambda: [
@@ -485,7 +366,7 @@ def _format_errors(source: str, err: ValidationError) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         value = e.get("input")
-        shown = f" (got {value!r})" if e["type"] != "missing" else ""
+        shown = f" (got {value!r})" if e["type"] != "missing" and "got " not in msg else ""
         if e["type"] == "extra_forbidden":
             msg, shown = "unknown field", ""
         lines.append(f"{source}: {loc}: {msg}{shown}")

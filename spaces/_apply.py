@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import _graph, _quant
+from . import _graph
 from ._forward import check_forward, eval_mode, run_model
 from ._plan import ActivationSwap, CompressionPlan, PlanError, check_names
 from ._students import build_student
@@ -55,6 +55,8 @@ def apply_plan(
         example_inputs: a batch the model accepts.
         calibration_data: batches for activation-range calibration.
     """
+    from ._techniques import ApplyContext, plan_techniques
+
     output = check_forward(model, example_inputs)
     if plan.student is not None:
         new = build_student(
@@ -63,11 +65,9 @@ def apply_plan(
         new.train(model.training)
     else:
         new = copy.deepcopy(model)
-        if plan.activation is not None:
-            swap_activations(new, plan.activation)
-    _prune(new, plan, example_inputs)
-    _sparsify(new, plan)
-    _quantize(new, plan, example_inputs, calibration_data)
+    context = ApplyContext(example_inputs, calibration_data)
+    for technique in plan_techniques(plan):
+        technique.apply(new, plan, context)
     return new
 
 
@@ -83,7 +83,8 @@ def swap_activations(model: nn.Module, swap: ActivationSwap) -> nn.Module:
     return model
 
 
-def _prune(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> None:
+def prune_model(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> None:
+    """Remove, in place, the channels ``plan.prune`` asks for (Torch-Pruning)."""
     ratios = {name: r for name, r in plan.prune.items() if r > 0}
     if not ratios:
         return
@@ -141,42 +142,3 @@ def _taylor_gradients(model: nn.Module, example_inputs: Any) -> None:
         out = run_model(model, example_inputs)
         out = out[0] if isinstance(out, tuple | list) else out
         out.float().pow(2).mean().backward()
-
-
-def _sparsify(model: nn.Module, plan: CompressionPlan) -> None:
-    shares = {name: r for name, r in plan.sparsity.items() if r > 0}
-    if not shares:
-        return
-    modules = dict(model.named_modules())
-    quantizable = [n for n, m in modules.items() if n and _quant.channel_axis(m) is not None]
-    check_names("sparsity", sorted(shares), quantizable)
-    for name, share in shares.items():
-        _quant.sparsify(modules[name], share)
-
-
-def _quantize(
-    model: nn.Module,
-    plan: CompressionPlan,
-    example_inputs: Any,
-    calibration_data: Iterable[Any] | None,
-) -> None:
-    names = set(plan.weight_bits) | set(plan.act_bits)
-    if not names:
-        return
-    modules = dict(model.named_modules())
-    quantizable = [n for n, m in modules.items() if n and _quant.channel_axis(m) is not None]
-    check_names("weight_bits/act_bits", sorted(names), quantizable)
-    for name in sorted(names):
-        _quant.attach(
-            modules[name],
-            weight_bits=plan.weight_bits.get(name, 32),
-            act_bits=plan.act_bits.get(name, 32),
-        )
-    if plan.act_bits:
-        batches: Iterable[Any] = (
-            [example_inputs]
-            if calibration_data is None
-            else (b[0] if isinstance(b, tuple | list) else b for b in calibration_data)
-        )
-        if _quant.calibrate(model, batches) == 0:
-            raise PlanError("calibration_data held no batch; activation ranges need at least one")

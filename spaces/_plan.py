@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PLAN_FORMAT_VERSION = 3
-#: Plan formats this Frontier reads (1 had no unstructured sparsity).
-READABLE_PLAN_FORMATS = (1, 2, 3)
+PLAN_FORMAT_VERSION = 4
+#: Plan formats this Frontier reads (1 had no unstructured sparsity, 3 no registered
+#: techniques).
+READABLE_PLAN_FORMATS = (1, 2, 3, 4)
 
 #: Bit widths Frontier can simulate. 32 means "left in FP32", 16 half-precision weights.
 SUPPORTED_BITS: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8, 16, 32)
@@ -138,6 +139,8 @@ class CompressionPlan:
         activation: an activation swap applied before anything else, or None.
         round_to: kept channel counts are multiples of this (hardware-friendly shapes).
         importance: criterion ranking channels for removal: "l1", "taylor" or "bn_scale".
+        techniques: the data of each registered technique the plan uses, by name
+            (``register_technique``); JSON data.
     """
 
     prune: dict[str, float] = field(default_factory=dict)
@@ -149,6 +152,7 @@ class CompressionPlan:
     activation: ActivationSwap | None = None
     round_to: int = 1
     importance: str = "l1"
+    techniques: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, ratio in self.prune.items():
@@ -190,6 +194,7 @@ class CompressionPlan:
             else {"replace": self.activation.replace, "to": self.activation.to},
             "round_to": self.round_to,
             "importance": self.importance,
+            "techniques": dict(sorted(self.techniques.items())),
         }
 
     def to_json(self) -> str:
@@ -243,6 +248,7 @@ class CompressionPlan:
             "activation",
             "round_to",
             "importance",
+            "techniques",
         }
         unknown = sorted(set(data) - known)
         if unknown:
@@ -262,6 +268,15 @@ class CompressionPlan:
         distill = _read_sub(data.get("distill"), DistillSpec, "distill")
         student = _read_sub(data.get("student"), StudentSpec, "student")
         activation = _read_sub(data.get("activation"), ActivationSwap, "activation")
+        techniques = data.get("techniques", {}) or {}
+        if not isinstance(techniques, Mapping):
+            raise PlanError(f"techniques must be a mapping of name to data, got {techniques!r}")
+        if techniques:
+            from ._techniques import build_technique
+
+            techniques = {
+                name: build_technique(name).read(entry) for name, entry in techniques.items()
+            }
         plan = cls(
             prune=tables["prune"],
             weight_bits=tables["weight_bits"],
@@ -272,6 +287,7 @@ class CompressionPlan:
             activation=activation,
             round_to=data.get("round_to", 1),
             importance=data.get("importance", "l1"),
+            techniques=dict(techniques),
         )
         if space is not None:
             space.validate(plan)

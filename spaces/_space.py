@@ -6,9 +6,9 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from torch import nn
@@ -25,11 +25,20 @@ from ._plan import (
     PlanError,
     StudentSpec,
     check_bits,
-    check_names,
     check_ratio,
 )
 from ._quant import channel_axis
 from ._students import build_student
+from ._techniques import (
+    Chooser,
+    Distill,
+    Prune,
+    Quantize,
+    Sparsity,
+    SwapActivations,
+    Technique,
+    build_technique,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +108,12 @@ class SpaceOptions:
         distill: distillation dimensions, or None for no distillation dimension.
         students: student architectures to choose from besides the model itself.
         activation_swap: an activation-swap dimension, or None.
+        techniques: registered techniques to search, by name, with their options
+            (``{"my-technique": {"choices": [0, 1]}}``; see ``register_technique``).
     """
+
+    #: a config's ``space`` section is this dataclass, validated by pydantic
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
 
     prune_ratios: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
     weight_bits: tuple[int, ...] = (4, 8, 16, 32)
@@ -113,8 +127,14 @@ class SpaceOptions:
     distill: DistillOptions | None = None
     students: tuple[StudentSpec, ...] = ()
     activation_swap: SwapOptions | None = None
+    techniques: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, options in self.techniques.items():
+            try:
+                build_technique(name, options)
+            except PlanError as err:
+                raise SpaceError(f"techniques.{name}: {err}") from None
         if not self.prune_ratios:
             raise SpaceError("prune_ratios must list at least one ratio, e.g. [0.0, 0.5]")
         for r in self.prune_ratios:
@@ -190,9 +210,6 @@ class Dimension:
     detail: str = ""
 
 
-Chooser = Callable[[str, Sequence[Any]], Any]
-
-
 @dataclass(frozen=True)
 class SearchSpace:
     """Everything a search may choose for one model. Plain data; see ``discover``.
@@ -232,96 +249,74 @@ class SearchSpace:
         return self._draw(choose)
 
     def _draw(self, choose: Chooser) -> CompressionPlan:
-        distill = None
-        dist = self.options.distill
-        if dist is not None:
-            use = choose("distill", (True, False)) if dist.optional else True
-            if use:
-                distill = DistillSpec(
-                    temperature=choose("distill.temperature", dist.temperatures),
-                    alpha=choose("distill.alpha", dist.alphas),
-                )
-        activation = None
-        swap = self.options.activation_swap
-        if swap is not None:
-            to = choose("activation", ("keep", *swap.to))
-            activation = None if to == "keep" else ActivationSwap(swap.replace, to)
-        space, student, prefix = self, None, ""
+        fields: dict[str, Any] = {}
+        for t in self.techniques("model"):
+            fields.update(t.draw(self, choose))
+        space, prefix = self, ""
         if self.students:
             key = choose("student", ("none", *self.students))
             if key != "none":
                 space, prefix = self.students[key], f"{key}/"
-                student = next(s for s in self.options.students if s.key == key)
-        values = {
-            dim.name: choose(prefix + dim.name, dim.choices) for dim in space.own_dimensions()
-        }
-        default_ratio = space.options.prune_ratios[0]
-        prune = {
-            g.name: values.get(f"prune.{g.tie or g.name}", default_ratio) for g in space.groups
-        }
-        wbits = {
-            q.name: values.get(f"wbits.{q.tie or q.name}", q.weight_bits[0]) for q in space.layers
-        }
-        abits = {
-            q.name: values.get(f"abits.{q.tie or q.name}", q.act_bits[0]) for q in space.layers
-        }
-        sparse = {
-            q.name: values.get(f"sparse.{q.tie or q.name}", q.sparsity[0]) for q in space.layers
-        }
+                fields["student"] = next(s for s in self.options.students if s.key == key)
+                fields["activation"] = None  # a student has its own activations
+        # choices are made in the order own_dimensions lists them (a seed's plan does not
+        # depend on how techniques read them back)
+        drawn: dict[str, Any] = {}
+
+        def once(name: str, choices: Sequence[Any]) -> Any:
+            if name not in drawn:
+                drawn[name] = choose(name, choices)
+            return drawn[name]
+
+        for d in space.own_dimensions():
+            once(prefix + d.name, d.choices)
+        for t in space.techniques("layer"):
+            for name, value in t.draw(space, once, prefix).items():
+                if name == "techniques":
+                    fields.setdefault("techniques", {}).update(value)
+                else:
+                    fields[name] = value
         return CompressionPlan(
-            prune={k: float(v) for k, v in prune.items() if v > 0},
-            weight_bits={k: int(v) for k, v in wbits.items() if v < 32},
-            act_bits={k: int(v) for k, v in abits.items() if v < 32},
-            sparsity={k: float(v) for k, v in sparse.items() if v > 0},
-            distill=distill,
-            student=student,
-            activation=activation if student is None else None,
-            round_to=self.options.round_to,
-            importance=self.options.importance,
+            **fields, round_to=self.options.round_to, importance=self.options.importance
         )
+
+    def techniques(self, scope: str | None = None) -> list[Technique]:
+        """The techniques this space searches (``scope``: only ``"model"`` or only
+        ``"layer"`` ones), in the order their choices are drawn: pruning, bit widths,
+        sparsity, distillation, activation swap, then registered ones. They apply in
+        their own ``order`` (``plan_techniques``)."""
+        o = self.options
+        found: list[Technique] = [
+            Prune(ratios=o.prune_ratios),
+            Quantize(weight_bits=o.weight_bits, act_bits=o.act_bits),
+            Sparsity(shares=o.sparsity),
+        ]
+        if o.distill is not None:
+            d = o.distill
+            found.append(Distill(d.temperatures, d.alphas, d.optional))
+        if o.activation_swap is not None:
+            found.append(SwapActivations(o.activation_swap.replace, o.activation_swap.to))
+        found += [build_technique(name, opts) for name, opts in o.techniques.items()]
+        return [t for t in found if scope is None or t.scope == scope]
 
     # -- describing ------------------------------------------------------------------
     def own_dimensions(self) -> list[Dimension]:
-        """The pruning and bit-width dimensions of this architecture (one per tie)."""
-        dims: list[Dimension] = []
-        seen: set[str] = set()
-        ratios = self.options.prune_ratios
-        if len(ratios) > 1:
-            for g in self.groups:
-                key = f"prune.{g.tie or g.name}"
-                if key not in seen:
-                    seen.add(key)
-                    members = [x for x in self.groups if (x.tie or x.name) == (g.tie or g.name)]
-                    detail = f"{sum(x.channels for x in members)} channels"
-                    if g.tie:
-                        detail += f" in {len(members)} tied groups"
-                    dims.append(Dimension(key, "prune ratio", ratios, detail))
+        """The dimensions of this architecture (one per tie): those of no single layer
+        (pruning's, by group) first, then layer by layer, each in technique order."""
+        techniques = self.techniques("layer")
+        dims = [d for t in techniques for d in t.dimensions(self)]
+        seen = {d.name for d in dims}
         for q in self.layers:
-            for prefix, choices, kind in (
-                ("wbits", q.weight_bits, "weight bits"),
-                ("abits", q.act_bits, "activation bits"),
-                ("sparse", q.sparsity, "sparsity"),
-            ):
-                key = f"{prefix}.{q.tie or q.name}"
-                if len(choices) > 1 and key not in seen:
-                    seen.add(key)
-                    dims.append(Dimension(key, kind, tuple(choices), q.kind))
+            for t in techniques:
+                for d in t.layer_dimensions(self, q):
+                    if d.name not in seen:
+                        seen.add(d.name)
+                        dims.append(d)
         return dims
 
     def dimensions(self) -> list[Dimension]:
         """Every dimension of the space, distillation and student choice included."""
-        dims: list[Dimension] = []
-        dist = self.options.distill
-        if dist is not None:
-            if dist.optional:
-                dims.append(Dimension("distill", "distillation on/off", (True, False)))
-            dims.append(Dimension("distill.temperature", "temperature", dist.temperatures))
-            dims.append(Dimension("distill.alpha", "alpha", dist.alphas))
-        swap = self.options.activation_swap
-        if swap is not None:
-            dims.append(
-                Dimension("activation", "activation swap", ("keep", *swap.to), swap.replace)
-            )
+        dims = [d for t in self.techniques("model") for d in t.dimensions(self)]
         if self.students:
             dims.append(Dimension("student", "architecture", ("none", *self.students)))
         dims += self.own_dimensions()
@@ -362,19 +357,19 @@ class SearchSpace:
     # -- checking --------------------------------------------------------------------
     def validate(self, plan: CompressionPlan) -> None:
         """Raise PlanError unless ``plan`` names only layers and values of this space."""
+        if plan.activation is not None and self.options.activation_swap is None:
+            raise PlanError(
+                f"activation: this space swaps no activation, not {plan.activation.replace!r}"
+            )
+        unknown = sorted(set(plan.techniques) - set(self.options.techniques))
+        if unknown:
+            raise PlanError(
+                f"techniques: {unknown[0]!r} is not searched in this space; it searches "
+                f"{sorted(self.options.techniques) or 'no registered technique'}"
+            )
+        for t in self.techniques("model"):
+            t.validate(self, plan)
         space = self
-        if plan.activation is not None:
-            swap = self.options.activation_swap
-            if swap is None or plan.activation.replace != swap.replace:
-                raise PlanError(
-                    f"activation: this space swaps "
-                    f"{swap.replace if swap else 'no activation'}, "
-                    f"not {plan.activation.replace!r}"
-                )
-            if plan.activation.to not in swap.to:
-                raise PlanError(
-                    f"activation.to: {plan.activation.to!r} is not among {list(swap.to)}"
-                )
         if plan.student is not None:
             sub = self.students.get(plan.student.key)
             if sub is None:
@@ -383,14 +378,8 @@ class SearchSpace:
                     f"choices: {sorted(self.students) or 'none'}"
                 )
             space = sub
-        check_names("prune", plan.prune, [g.name for g in space.groups])
-        layers = {q.name: q for q in space.layers}
-        for kind in ("weight_bits", "act_bits"):
-            table: Mapping[str, int] = getattr(plan, kind)
-            check_names(kind, table, layers)
-            for name, bits in table.items():
-                check_bits(f"{kind}[{name!r}]", bits, getattr(layers[name], kind))
-        check_names("sparsity", plan.sparsity, layers)
+        for t in space.techniques("layer"):
+            t.validate(space, plan)
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:

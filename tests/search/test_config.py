@@ -7,7 +7,7 @@ from frontier.search.cli import main
 def test_builtin_config_by_name() -> None:
     config = load_config("digits-mcu")
     assert config.task.name == "digits" and config.task.options == {"model": "mlp"}
-    assert config.space.options().round_to == 8
+    assert config.space.round_to == 8
 
 
 def test_unknown_name_lists_builtins() -> None:
@@ -20,14 +20,20 @@ def test_unknown_name_lists_builtins() -> None:
     [
         (
             "space:\n  round_to: 0\n",
-            "space.round_to: Input should be greater than or equal to 1 (got 0)",
+            "space: round_to must be an integer >= 1, got 0",
         ),
         (
             "space:\n  prune_ratios: [0.5, 1.2]\n",
-            "space.prune_ratios: values must be in [0, 1), got 1.2",
+            "space: prune_ratios: ratio must be in [0, 1), got 1.2",
         ),
-        ("space:\n  weight_bits: [8, 12]\n", "space.weight_bits: bit widths must be among"),
-        ("space:\n  importance: l7\n", "space.importance"),
+        (
+            "space:\n  weight_bits: [8, 12]\n",
+            "space: weight_bits: bit width must be one of [2, 3, 4, 5, 6, 7, 8, 16, 32], got 12",
+        ),
+        (
+            "space:\n  importance: l7\n",
+            "space: importance must be one of ['l1', 'taylor', 'bn_scale'], got 'l7'",
+        ),
         ("spcae: {}\n", "spcae: unknown field"),
         ("space:\n  include: ['(']\n", "is not a valid regex"),
         ("space:\n  ties: {a: '['}\n", "is not a valid regex"),
@@ -39,7 +45,7 @@ def test_unknown_name_lists_builtins() -> None:
         ("devices:\n  - {name: npu}\n", "devices.0.derived.like: Field required"),
         (
             "space:\n  activation_swap: {replace: Swish, to: [gelu]}\n",
-            "space.activation_swap.to.0: Input should be 'relu' or 'hardswish' (got 'gelu')",
+            "space.activation_swap: activation_swap: activation.to must be one of ['relu', 'hardswish'], got 'gelu'",
         ),
     ],
     ids=[
@@ -78,7 +84,7 @@ def test_carbon_scenario_section(tmp_path) -> None:
 def test_parse_config_defaults() -> None:
     config = parse_config({})
     assert config.task.name == "digits"
-    assert config.space.options().prune_ratios[0] == 0.0
+    assert config.space.prune_ratios[0] == 0.0
 
 
 def test_cli_space_and_experiments(capsys) -> None:
@@ -102,4 +108,4 @@ def test_cli_reports_config_errors(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("space:\n  round_to: -1\n")
     assert main(["space", str(bad)]) == 2
-    assert "space.round_to" in capsys.readouterr().err
+    assert f"{bad}: space: round_to must be an integer >= 1, got -1" in capsys.readouterr().err

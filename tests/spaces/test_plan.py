@@ -29,12 +29,20 @@ def test_json_round_trip_is_identity() -> None:
     plan = full_plan()
     again = CompressionPlan.from_json(json.dumps(json.loads(plan.to_json())))
     assert again == plan
-    assert json.loads(plan.to_json())["format_version"] == PLAN_FORMAT_VERSION == 3
+    assert json.loads(plan.to_json())["format_version"] == PLAN_FORMAT_VERSION == 4
 
 
-def test_format_1_plans_still_load() -> None:
+def test_older_plan_formats_still_load() -> None:
     old = {"format_version": 1, "prune": {"1": 0.5}, "weight_bits": {}, "act_bits": {}}
     assert CompressionPlan.from_dict(old) == CompressionPlan(prune={"1": 0.5})
+    v3 = {**full_plan().to_dict(), "format_version": 3}
+    del v3["techniques"]  # format 3 had no registered techniques
+    assert CompressionPlan.from_dict(v3) == full_plan()
+
+
+def test_unknown_technique_in_a_plan_is_named() -> None:
+    with pytest.raises(PlanError, match="unknown technique 'nope'; registered: "):
+        CompressionPlan.from_dict({"techniques": {"nope": {}}})
 
 
 def test_student_round_trip() -> None:
