@@ -396,7 +396,7 @@ def scenario_section(name: str, s: dict[str, Any], out: Path) -> list[str]:
 def _scenario_extra(name: str, trials: pd.DataFrame, s: dict[str, Any], out: Path) -> list[str]:
     done = trials[trials.state == "complete"].copy()
     if name == "multi-device":
-        from frontier.search._pareto import Objective, pareto_mask
+        from frontier.search import Objective, pareto_mask
 
         lines = ["Each device's own front, from the same trials:", ""]
         members = {}

@@ -9,7 +9,7 @@ Flow: ``write_bundle`` (``frontier lut ops``) -> ``runner`` on the device
 from ._bundle import SpaceOps, space_ops, write_bundle
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
-from ._table import DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
+from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
 from ._validate import (
     LOCAL_CPU,
     ValidationReport,
@@ -26,6 +26,7 @@ from .runner import BUNDLE_VERSION, measure_bundle, read_manifest
 __all__ = [
     "BUNDLE_VERSION",
     "LOCAL_CPU",
+    "DeviceMeta",
     "DeviceStore",
     "DeviceTable",
     "FallbackFit",

@@ -8,6 +8,7 @@ a directory per device under ``$FRONTIER_DATA_DIR`` (default ``~/.local/share/fr
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import hashlib
 import json
@@ -57,6 +58,54 @@ class Row:
     raw_median_ms: float = math.nan
 
 
+@dataclass(frozen=True)
+class DeviceMeta:
+    """What Frontier knows of a device beside its rows: the typed fields other parts read
+    and write. The metadata file keeps the runner's own keys as well (``extra``).
+
+    Args:
+        device: the device name the table is stored under.
+        cpu, provider, threads, onnxruntime, date, bundle_id: how it was measured.
+        active_power_w: the device's power while running, for energy (None: unknown).
+        unsupported_ops: op kinds it cannot run (priced on ``offload_device``).
+        derived_from: the device whose rows a derived device reuses.
+        offload_device: where unsupported ops run.
+        transfer_gbps: bandwidth to the offload device.
+        extra: every other key of the metadata file, kept as read.
+    """
+
+    device: str | None = None
+    cpu: str | None = None
+    provider: str | None = None
+    threads: int | None = None
+    onnxruntime: str | None = None
+    date: str | None = None
+    bundle_id: str | None = None
+    active_power_w: float | None = None
+    unsupported_ops: tuple[str, ...] = ()
+    derived_from: str | None = None
+    offload_device: str | None = None
+    transfer_gbps: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceMeta:
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        if "unsupported_ops" in known:
+            known["unsupported_ops"] = tuple(known["unsupported_ops"] or ())
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The metadata file's content: set fields and ``extra``."""
+        out = dict(self.extra)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name != "extra" and value not in (None, ()):
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
 @dataclass
 class DeviceTable:
     """Per-op latencies of one device. Build with ``read_table`` or ``DeviceStore.load``."""
@@ -78,6 +127,32 @@ class DeviceTable:
 
     def get(self, key: str) -> Row | None:
         return self._by_key.get(key)
+
+    @property
+    def device_meta(self) -> DeviceMeta:
+        """The metadata, typed."""
+        return DeviceMeta.from_dict(self.meta)
+
+    def derive(
+        self, name: str, *, unsupported: list[str], offload: str, transfer_gbps: float
+    ) -> DeviceTable:
+        """A device priced from this table's rows that cannot run the ``unsupported`` op
+        kinds: they run on ``offload`` and move their tensors at ``transfer_gbps``."""
+        meta = dataclasses.replace(
+            self.device_meta,
+            device=name,
+            derived_from=self.name,
+            unsupported_ops=tuple(sorted(set(unsupported))),
+            offload_device=offload,
+            transfer_gbps=transfer_gbps,
+        )
+        return DeviceTable(
+            name=name,
+            meta=meta.to_dict(),
+            rows=list(self.rows),
+            models=self.models,
+            profiles=self.profiles,
+        )
 
     def reference(self, role: str = "model") -> tuple[bytes, float] | None:
         """The model the runner timed rows of ``role`` beside (``"model"``: whole models,
@@ -296,7 +371,7 @@ class DeviceStore:
         path: str | Path,
         *,
         name: str,
-        meta: dict[str, Any] | None = None,
+        meta: DeviceMeta | None = None,
         manifest: dict[str, Any] | None = None,
         merge: bool = False,
     ) -> DeviceTable:
@@ -305,13 +380,15 @@ class DeviceStore:
         Args:
             path: the measured CSV (its ``.meta.json`` beside it).
             name: the device name to store it under.
-            meta: metadata to add (e.g. ``active_power_w``, ``transfer_gbps``).
+            meta: metadata to add: its set fields (``active_power_w``, ...) override
+                the table's.
             manifest: the bundle's manifest; its whole-model entries let the table
                 calibrate predictions against whole-model latency.
             merge: keep a stored table's rows that ``path`` does not replace.
         """
         table = read_table(path, name=name)
-        merged_meta = {**table.meta, **(meta or {}), "device": name}
+        added = meta.to_dict() if meta is not None else {}
+        merged_meta = {**table.meta, **added, "device": name}
         rows = table.rows
         if merge and self.has(name):
             old = self.load(name)

@@ -23,7 +23,7 @@ from frontier.spaces import SearchSpace
 from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, write_bundle
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
-from ._table import DeviceStore, DeviceTable, write_rows
+from ._table import DeviceMeta, DeviceStore, DeviceTable, write_rows
 from .runner import (
     WHOLE_MODEL_SESSIONS,
     SlowSpells,
@@ -159,7 +159,7 @@ def _measure_ops(
             name=name,
             manifest=manifest,
             merge=True,
-            meta={"active_power_w": power_w, "power_source": source},
+            meta=DeviceMeta(active_power_w=power_w, extra={"power_source": source}),
         )
 
 
@@ -189,7 +189,9 @@ def _measure_sparse(
             out,
             name=table.name,
             merge=True,
-            meta={"sparse_kernels": f"torch {torch.__version__} CSR matmul (im2col for conv)"},
+            meta=DeviceMeta(
+                extra={"sparse_kernels": f"torch {torch.__version__} CSR matmul (im2col for conv)"}
+            ),
         )
 
 

@@ -13,7 +13,6 @@ from ._config import (
     Config,
     ConfigError,
     Constraint,
-    SpaceSection,
     TaskSection,
     load_config,
     parse_config,
@@ -26,6 +25,7 @@ from ._pareto import Objective, hypervolume, normalise, pareto_mask
 from ._promotion import Promotion, SpreadPromotion
 from ._samplers import build_sampler, register_sampler, sampler_names
 from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
+from ._tracking import Tag, find_search, front_frame, metrics_of
 
 __all__ = [
     "Backend",
@@ -45,9 +45,9 @@ __all__ = [
     "Search",
     "SearchError",
     "SearchResult",
-    "SpaceSection",
     "SpreadPromotion",
     "StudyStore",
+    "Tag",
     "TaskSection",
     "TrialRecord",
     "TrialResult",
@@ -55,8 +55,11 @@ __all__ = [
     "build_sampler",
     "default_storage",
     "driver_lock",
+    "find_search",
+    "front_frame",
     "hypervolume",
     "load_config",
+    "metrics_of",
     "normalise",
     "open_storage",
     "pareto_mask",

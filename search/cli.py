@@ -34,7 +34,7 @@ def _task_and_space(config: Any) -> tuple[Any, Any, Any]:
     example = task.example_inputs()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        space = discover(model, example, config.space.options())
+        space = discover(model, example, config.space)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     return task, model, space
@@ -140,15 +140,13 @@ def cmd_lut_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_import(args: argparse.Namespace) -> int:
-    from frontier.latency_models import read_manifest
+    from frontier.latency_models import DeviceMeta, read_manifest
 
-    meta: dict[str, Any] = {}
-    if args.power_w is not None:
-        meta["active_power_w"] = args.power_w
-    if args.transfer_gbps is not None:
-        meta["transfer_gbps"] = args.transfer_gbps
-    if args.unsupported:
-        meta["unsupported_ops"] = args.unsupported
+    meta = DeviceMeta(
+        active_power_w=args.power_w,
+        transfer_gbps=args.transfer_gbps,
+        unsupported_ops=tuple(args.unsupported),
+    )
     from frontier.latency_models import TableError
 
     try:
@@ -614,9 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     from frontier.spaces import PlanError, SpaceError
 
     from ._config import ConfigError
-    from ._engine import no_telemetry
     from ._storage import SearchError
-    from ._tracking import TrackingError
+    from ._tracking import TrackingError, no_telemetry
 
     no_telemetry()
     args = build_parser().parse_args(argv)

@@ -77,7 +77,7 @@ def test_multi_device_one_search_a_front_per_device(
 def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from frontier.search._tracking import find_search, front_frame
+    from frontier.search import find_search, front_frame
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
@@ -165,7 +165,7 @@ def _elements(key: str, field: str) -> int:
 def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from frontier.search._evaluation import Evaluation
+    from frontier.search import Evaluation
 
     result, config = _tiny_search(
         "unsupported-op",
@@ -208,7 +208,7 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
 def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from frontier.search._evaluation import Evaluation
+    from frontier.search import Evaluation
 
     result, config = _tiny_search(
         "sparse-vs-structured",

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from frontier.latency_models import DeviceStore, LatencyModel, validate
+from frontier.latency_models import DeviceMeta, DeviceStore, LatencyModel, validate
 from frontier.latency_models._bundle import TEACHER
 from frontier.latency_models._model import _fit_fallback
 from frontier.latency_models._ops import OpSpec, plan_ops
@@ -14,7 +14,10 @@ from frontier.latency_models._table import DeviceTable
 def table(measured, store: DeviceStore) -> DeviceTable:
     out, manifest = measured
     return store.import_table(
-        out, name="test-cpu", manifest=manifest, meta={"active_power_w": 10.0, "transfer_gbps": 2.0}
+        out,
+        name="test-cpu",
+        manifest=manifest,
+        meta=DeviceMeta(active_power_w=10.0, transfer_gbps=2.0),
     )
 
 

@@ -6,6 +6,7 @@ import zipfile
 import pytest
 
 from frontier.latency_models import (
+    DeviceMeta,
     DeviceStore,
     TableError,
     measure_bundle,
@@ -130,10 +131,16 @@ def test_bundle_version_is_checked(tmp_path) -> None:
 
 def test_table_round_trip(measured, store: DeviceStore) -> None:
     out, manifest = measured
-    table = store.import_table(out, name="test-cpu", manifest=manifest, meta={"active_power_w": 5})
+    meta = DeviceMeta(active_power_w=5, extra={"note": "bench"})
+    table = store.import_table(out, name="test-cpu", manifest=manifest, meta=meta)
     again = store.load("test-cpu")
     assert again.rows == read_table(out).rows == table.rows
     assert again.active_power_w == 5 and store.names() == ["test-cpu"]
+    typed = again.device_meta  # the runner's fields, typed; its other keys kept as they were
+    assert typed.device == "test-cpu" and typed.threads == 1 and typed.extra["note"] == "bench"
+    assert DeviceMeta.from_dict(typed.to_dict()) == typed
+    npu = again.derive("npu", unsupported=["Gemm"], offload="test-cpu", transfer_gbps=2.0)
+    assert npu.device_meta.offload_device == "test-cpu" and npu.unsupported_types >= {"Gemm"}
     reference = again.reference("model")  # the model and level that set the rows' units
     assert reference is not None
     assert reference[1] == again.meta["references"]["model"]["level_ms"]
