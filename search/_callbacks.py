@@ -109,6 +109,14 @@ class ProgressLines(Callback):
         )
 
 
+def progress_callbacks(progress: bool | str) -> list[Callback]:
+    """``True``: a bar on a terminal, a line per generation otherwise; ``"lines"``: lines
+    always; ``False``: nothing."""
+    if progress == "lines" or (progress and not sys.stderr.isatty()):
+        return [ProgressLines()]
+    return [ProgressBar()] if progress else []
+
+
 class Emissions(Callback):
     """The search's own energy and carbon, measured by CodeCarbon offline; on finish
     they join ``search.summary`` (``search_co2e_g``, ``search_energy_kwh``). Carbon

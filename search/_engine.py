@@ -4,11 +4,9 @@ MLflow (``_mlflow``) and progress (``_callbacks``) live in their own modules."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,59 +14,23 @@ import pandas as pd
 
 from ._anchors import anchor_params
 from ._backends import Backend, Job, build_backend
-from ._callbacks import Callback, Emissions, ProgressBar, ProgressLines
+from ._callbacks import Callback, Emissions, progress_callbacks
 from ._config import Config, load_config
 from ._evaluation import ACCURACY, Evaluation, TrialResult
-from ._front import Front, TrialRecord, plan_key
+from ._front import Front, SearchResult, TrialRecord, plan_key
 from ._mlflow import MlflowCallback
 from ._pareto import Objective
 from ._promotion import Promotion, SpreadPromotion
-from ._samplers import build_sampler
+from ._samplers import ask_unique, build_sampler
 from ._storage import (
     BASELINE_ATTR,
-    DUPLICATE_ATTR,
     GENERATION_ATTR,
-    RUNG_ATTR,
     SearchError,
     StudyStore,
     default_storage,
     restore,
 )
-
-#: a sampler that proposes this many plans in a row that were already run gets one
-#: seeded random plan instead; this many random draws that are all repeats mean the
-#: space is exhausted
-MAX_REPEATS = 3
-MAX_RANDOM_DRAWS = 100
-
-
-def no_telemetry() -> None:
-    """Frontier sends nothing anywhere: MLflow's telemetry and Ray's usage stats are off
-    unless the user turned them on explicitly."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-
-@dataclass
-class SearchResult:
-    """What a search leaves: the front, the study and the MLflow parent run.
-
-    Attributes:
-        pareto: the feasible front, one row per member: ``trial``, ``rung`` and one
-            column per metric (values at the highest rung the member reached).
-        study: the Optuna study (its storage holds every trial).
-        mlflow_run_id: the parent run in MLflow.
-        study_name: the study's name in the storage.
-        hypervolume: of the front, normalised by the baseline (see README).
-        trials: every finished trial with its values, rung, state and error.
-    """
-
-    pareto: pd.DataFrame
-    study: Any
-    mlflow_run_id: str
-    study_name: str
-    hypervolume: float
-    trials: pd.DataFrame = field(default_factory=pd.DataFrame)
+from ._tracking import no_telemetry
 
 
 class Search:
@@ -127,15 +89,10 @@ class Search:
             experiment=self.config.tracking.experiment or self.config.name,
             export_front=self.config.tracking.export_front,
         )
-        shown: list[Callback] = []
-        if progress == "lines" or (progress and not sys.stderr.isatty()):
-            shown = [ProgressLines()]
-        elif progress:
-            shown = [ProgressBar()]
         self.callbacks: list[Callback] = [
             Emissions(self.config.carbon.country_iso),
             self.tracking,
-            *shown,
+            *progress_callbacks(progress),
             *callbacks,
         ]
         self.records: dict[int, TrialRecord] = {}
@@ -168,18 +125,13 @@ class Search:
     def _open(self) -> None:
         cfg = self.config
         self.study_store = self._held = StudyStore(cfg.storage or default_storage(cfg))
-        seed, population = cfg.search.seed, cfg.search.population
-        sampler = self.sampler or build_sampler(
-            cfg.search.sampler, population=population, seed=seed
-        )
         directions = [o.direction for o in self.objectives]
-        self.study = self.study_store.open(cfg.name, directions, sampler, resume=self.resume)
+        self.study = self.study_store.open(cfg.name, directions, self.sampler, resume=self.resume)
         self.study_name = self.study.study_name
-        if self.resume and self.sampler is None:
-            # a sampler seeded as before would first replay the plans already run
-            self.study.sampler = build_sampler(
-                cfg.search.sampler, population=population, seed=seed + len(self.study.trials)
-            )
+        if self.sampler is None:  # reseeded on resume: the same seed would replay old draws
+            s = cfg.search
+            seed = s.seed + len(self.study.trials)
+            self.study.sampler = build_sampler(s.sampler, population=s.population, seed=seed)
         if not self.resume:
             initial = list(self.initial)
             if cfg.search.anchors:
@@ -280,64 +232,25 @@ class Search:
                 promotions += self._generation()
 
     def _ask(self, running: set[str]) -> tuple[Any, Job] | None:
-        """A trial whose plan has not completed and is not running, or None when the
-        space holds no such plan. A sampler that repeats itself (a resumed first
-        generation, a converged TPE) has the repeat recorded as pruned, not run."""
-        from optuna.samplers import RandomSampler
-        from optuna.trial import TrialState
-
+        """A trial whose plan has not completed and is not running (see ``ask_unique``),
+        or None when the space seems exhausted."""
         seen = running | {r.key for r in self.records.values() if r.state == "complete"}
-        repeats = 0
-        sampler = self.study.sampler
-        try:
-            while not self._exhausted:
-                trial = self.study.ask()
-                plan = self.evaluation.space.suggest(trial).to_dict()
-                if plan_key(plan) not in seen:
-                    trial.set_user_attr("plan", plan)
-                    return trial, Job(plan, 0)
-                trial.set_user_attr(DUPLICATE_ATTR, plan_key(plan))
-                self.study.tell(trial, state=TrialState.PRUNED)
-                repeats += 1
-                if repeats == MAX_REPEATS:
-                    seed = self.config.search.seed + len(self.study.trials)
-                    self.study.sampler = RandomSampler(seed=seed)
-                elif repeats >= MAX_REPEATS + MAX_RANDOM_DRAWS:
-                    self._exhausted = True
-                    print(
-                        f"frontier: the space seems exhausted: {MAX_RANDOM_DRAWS} random "
-                        f"plans were all tried already ({len(seen)} distinct plans)",
-                        file=sys.stderr,
-                    )
-            return None
-        finally:
-            self.study.sampler = sampler
+        asked = None
+        if not self._exhausted:
+            asked = ask_unique(self.study, self.evaluation.space, seen, self.config.search.seed)
+        self._exhausted = asked is None
+        return None if asked is None else (asked[0], Job(asked[1], 0))
 
     def _finish_trial(self, trial: Any, job: Job, outcome: TrialResult | BaseException) -> None:
-        from optuna.trial import TrialState
-
-        params = dict(trial.params)
-        if isinstance(outcome, BaseException):
-            error = f"{type(outcome).__name__}: {outcome}"[:2000]
-            trial.set_user_attr("error", error)
-            self.study.tell(trial, state=TrialState.FAIL)
-            rec = TrialRecord(trial.number, params, job.plan, "failed", error=error)
+        rec = self.study_store.tell(self.study, trial, job.plan, outcome, self.front)
+        if rec.state == "failed":
             print(
-                f"frontier: trial {trial.number} failed: {error.splitlines()[0]}", file=sys.stderr
+                f"frontier: trial {rec.number} failed: {rec.error.splitlines()[0]}", file=sys.stderr
             )
         else:
-            for c in self.constraints:
-                trial.set_constraint(str(c), c.violation(outcome.values[c.objective]))
-            trial.set_user_attr("values", outcome.values)
-            trial.set_user_attr("fidelity", outcome.fidelity)
-            trial.set_user_attr("eval_s", outcome.wall_s)
-            self.study.tell(trial, [outcome.values[o.name] for o in self.objectives])
-            rec = TrialRecord(trial.number, params, job.plan, "complete")
-            rec.rungs[0] = dict(outcome.values)
-            self.eval_s += outcome.wall_s
-        self.records[trial.number] = rec
+            self.eval_s += getattr(outcome, "wall_s", 0.0)
+        self.records[rec.number] = rec
         self.front.changed()
-        self.study_store.flush()  # the trial is on disk before anyone hears of it
         self._notify("on_trial", rec)
 
     def _finish_promotion(
@@ -354,10 +267,7 @@ class Search:
             rec.rungs[rung] = dict(outcome.values)
             self.eval_s += outcome.wall_s
         self.front.changed()
-        self.study.set_user_attr(
-            RUNG_ATTR + str(number), {str(r): v for r, v in rec.rungs.items() if r > 0}
-        )
-        self.study_store.flush()
+        self.study_store.save_rungs(self.study, rec)
         self._notify("on_promotion", rec, rung)
 
     def _generation(self, final: bool = False) -> list[tuple[int, int]]:
@@ -381,20 +291,7 @@ class Search:
         return self.front.closest_miss()
 
     def trials_frame(self) -> pd.DataFrame:
-        rows = []
-        for n, rec in sorted(self.records.items()):
-            vals = rec.values() if rec.state == "complete" else {}
-            rows.append(
-                {
-                    "trial": n,
-                    "state": rec.state,
-                    "rung": self.evaluation.rungs[rec.rung] if rec.rung >= 0 else "",
-                    "feasible": bool(vals) and self.front.feasible(vals),
-                    "error": rec.error,
-                    **vals,
-                }
-            )
-        return pd.DataFrame(rows)
+        return self.front.trials_frame(self.evaluation.rungs)
 
     def result(self) -> SearchResult:
         return SearchResult(
@@ -414,17 +311,7 @@ def run(
     callbacks: Sequence[Callback] = (),
     **options: Any,
 ) -> SearchResult:
-    """Run a search (the Python API for notebooks).
-
-    Args:
-        config: a ``Config``, a config file or a built-in experiment name.
-        sampler: an Optuna sampler object (``optuna.samplers.GPSampler(seed=0)``) to use
-            instead of the config's ``search.sampler``.
-        callbacks: ``Callback`` objects to notify of trials, generations and the end.
-        options: ``trials``, ``backend``, ``address``, ``workers``, ``resume``,
-            ``progress``, ``initial``, ``promotion`` (see ``Search``).
-
-    Returns:
-        A ``SearchResult`` with ``.pareto`` (DataFrame), ``.study`` and ``.mlflow_run_id``.
-    """
+    """Run a search (the Python API for notebooks); ``options`` as for ``Search``, e.g.
+    ``run("digits-mcu", sampler=optuna.samplers.GPSampler(seed=0), callbacks=[...])``.
+    Returns a ``SearchResult`` (``.pareto`` DataFrame, ``.study``, ``.mlflow_run_id``)."""
     return Search(config, sampler=sampler, callbacks=callbacks, **options).run()

@@ -3,10 +3,11 @@ the devices' latency models, built from a config (in the driver and in each work
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,23 @@ class TrialResult:
     fidelity: dict[str, str]
     details: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Torch's intra-op threads set to ``threads`` (None: unchanged) for a block. A trial
+    on more threads than it gets cores waits at every op's barrier for a descheduled
+    thread (README, "Threads")."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def _quiet() -> Any:
@@ -69,7 +87,7 @@ class Evaluation:
         self.example = self.task.example_inputs()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            self.space: SearchSpace = discover(self.teacher, self.example, config.space.options())
+            self.space: SearchSpace = discover(self.teacher, self.example, config.space)
         self.warnings = [str(w.message) for w in caught]
         if tables is None:
             tables = resolve_tables(
@@ -80,7 +98,7 @@ class Evaluation:
         for name in config.device_names():
             if name not in tables:
                 raise ValueError(f"no device table for {name!r}")
-            offload = tables[name].meta.get("offload_device")
+            offload = tables[name].device_meta.offload_device
             lm = LatencyModel(tables[name], offload=tables.get(offload) if offload else None)
             lm.bind(self.teacher, self.example, self.space)
             latency[name] = lm
@@ -161,8 +179,10 @@ class Evaluation:
 
     def run_job(self, plan: Mapping[str, Any], rung: int) -> TrialResult:
         """A job as the backends hand it over: plan data scored at ``rung``; rung 0
-        measures every metric, a promotion only what the rung changes (accuracy)."""
-        return self.evaluate(self.plan(plan), rung, None if rung == 0 else [ACCURACY])
+        measures every metric, a promotion only what the rung changes (accuracy). Torch
+        runs on ``backend.threads_per_trial`` threads meanwhile."""
+        with _torch_threads(self.config.backend.threads_per_trial):
+            return self.evaluate(self.plan(plan), rung, None if rung == 0 else [ACCURACY])
 
     def scored_model(self, plan: CompressionPlan, rung: int) -> nn.Module:
         """The model the accuracy at ``rung`` was measured on (fine-tuned where the rung
@@ -181,7 +201,8 @@ class Evaluation:
         from frontier.spaces import export_onnx
 
         compression = self.plan(plan)
-        with warnings.catch_warnings(), _quiet():
+        threads = self.config.backend.threads_per_trial
+        with warnings.catch_warnings(), _quiet(), _torch_threads(threads):
             warnings.simplefilter("ignore")
             return export_onnx(
                 self.scored_model(compression, rung),
@@ -229,8 +250,11 @@ def resolve_tables(
     for name in config.device_names():
         if name in derived:
             d = derived[name]
-            tables[name] = derive_table(
-                tables[d.like], name, d.unsupported, d.offload or d.like, d.transfer_gbps
+            tables[name] = tables[d.like].derive(
+                name,
+                unsupported=d.unsupported,
+                offload=d.offload or d.like,
+                transfer_gbps=d.transfer_gbps,
             )
         elif local_threads(name) is not None:  # local-cpu, local-cpu-2t, ...: measured here
             tables[name] = ensure_local_table(
@@ -252,26 +276,6 @@ def resolve_tables(
                 f"and `frontier lut measure`, then `frontier lut import --name {name}`"
             )
     return tables
-
-
-def derive_table(
-    like: Any, name: str, unsupported: list[str], offload: str, transfer_gbps: float
-) -> Any:
-    """A device priced from ``like``'s rows that cannot run the ``unsupported`` op kinds:
-    they run on ``offload`` and move their tensors at ``transfer_gbps``."""
-    from frontier.latency_models import DeviceTable
-
-    meta = {
-        **like.meta,
-        "device": name,
-        "derived_from": like.name,
-        "unsupported_ops": sorted(set(unsupported)),
-        "offload_device": offload,
-        "transfer_gbps": transfer_gbps,
-    }
-    return DeviceTable(
-        name=name, meta=meta, rows=list(like.rows), models=like.models, profiles=like.profiles
-    )
 
 
 _WORKER_CACHE: dict[str, Evaluation] = {}

@@ -151,3 +151,43 @@ class Front:
             return "each constraint holds for some plan, but no plan meets them all"
         _, c, value = min(misses, key=lambda m: m[0])
         return f"closest: {c} (best {c.objective} reached: {value:.6g})"
+
+    def trials_frame(self, rung_names: Sequence[str]) -> pd.DataFrame:
+        """Every finished trial: ``trial``, ``state``, ``rung``, ``feasible``, ``error``
+        and its metrics."""
+        rows = []
+        for n, rec in sorted(self.records.items()):
+            vals = rec.values() if rec.state == "complete" else {}
+            rows.append(
+                {
+                    "trial": n,
+                    "state": rec.state,
+                    "rung": rung_names[rec.rung] if rec.rung >= 0 else "",
+                    "feasible": bool(vals) and self.feasible(vals),
+                    "error": rec.error,
+                    **vals,
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+@dataclass
+class SearchResult:
+    """What a search leaves: the front, the study and the MLflow parent run.
+
+    Attributes:
+        pareto: the feasible front, one row per member: ``trial``, ``rung`` and one
+            column per metric (values at the highest rung the member reached).
+        study: the Optuna study (its storage holds every trial).
+        mlflow_run_id: the parent run in MLflow.
+        study_name: the study's name in the storage.
+        hypervolume: of the front, normalised by the baseline (see README).
+        trials: every finished trial with its values, rung, state and error.
+    """
+
+    pareto: pd.DataFrame
+    study: Any
+    mlflow_run_id: str
+    study_name: str
+    hypervolume: float
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)

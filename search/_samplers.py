@@ -4,10 +4,19 @@ instead; ``register_sampler`` adds a name."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from frontier.spaces import Registry
+from frontier.spaces import Registry, SearchSpace
+
+#: a sampler that proposes this many plans in a row that were already run gets one
+#: seeded random plan instead; this many random draws that are all repeats mean the
+#: space is exhausted
+MAX_REPEATS = 3
+MAX_RANDOM_DRAWS = 100
+#: the trial attribute that marks a refused repeat (recorded as PRUNED)
+DUPLICATE_ATTR = "frontier.duplicate_of"
 
 #: (population size, seed) -> an Optuna sampler
 SamplerFactory = Callable[[int, int], Any]
@@ -59,3 +68,39 @@ def _random(population: int, seed: int) -> Any:
     import optuna
 
     return optuna.samplers.RandomSampler(seed=seed)
+
+
+def ask_unique(
+    study: Any, space: SearchSpace, seen: set[str], seed: int
+) -> tuple[Any, dict[str, Any]] | None:
+    """Ask ``study`` for a trial whose plan's key (``plan_key``) is not in ``seen``:
+    ``(trial, plan data)``, or None if none turned up. A sampler that repeats itself (a
+    resumed first generation, a converged TPE) has each repeat told as PRUNED and marked
+    ``frontier.duplicate_of``, never run; after ``MAX_REPEATS`` in a row, a random sampler
+    seeded by ``seed`` and the study's length draws instead."""
+    from optuna.samplers import RandomSampler
+    from optuna.trial import TrialState
+
+    from ._front import plan_key
+
+    sampler = study.sampler
+    try:
+        for repeats in range(MAX_REPEATS + MAX_RANDOM_DRAWS):
+            if repeats == MAX_REPEATS:
+                study.sampler = RandomSampler(seed=seed + len(study.trials))
+            trial = study.ask()
+            plan = space.suggest(trial).to_dict()
+            key = plan_key(plan)
+            if key not in seen:
+                trial.set_user_attr("plan", plan)
+                return trial, plan
+            trial.set_user_attr(DUPLICATE_ATTR, key)
+            study.tell(trial, state=TrialState.PRUNED)
+        print(
+            f"frontier: the space seems exhausted: {MAX_RANDOM_DRAWS} random plans were all "
+            f"tried already ({len(seen)} distinct plans)",
+            file=sys.stderr,
+        )
+        return None
+    finally:
+        study.sampler = sampler

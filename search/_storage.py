@@ -16,7 +16,6 @@ BASELINE_ATTR = "frontier.baseline"
 INTERRUPTED_ATTR = "frontier.interrupted"
 GENERATION_ATTR = "frontier.generation"
 RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
-DUPLICATE_ATTR = "frontier.duplicate_of"  # on a trial the driver refused as a repeat
 
 
 class SearchError(RuntimeError):
@@ -161,6 +160,39 @@ class StudyStore:
         if not resume:
             study.set_user_attr(CONFIG_ATTR, config_name)
         return study
+
+    def tell(
+        self, study: Any, trial: Any, plan: dict[str, Any], outcome: Any, front: Any
+    ) -> TrialRecord:
+        """Tell ``study`` how ``trial`` ended (a ``TrialResult``, or the exception that
+        ended it) with its constraint values and metrics, make it durable, and return
+        its record."""
+        from optuna.trial import TrialState
+
+        params = dict(trial.params)
+        if isinstance(outcome, BaseException):
+            error = f"{type(outcome).__name__}: {outcome}"[:2000]
+            trial.set_user_attr("error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            rec = TrialRecord(trial.number, params, plan, "failed", error=error)
+        else:
+            for c in front.constraints:
+                trial.set_constraint(str(c), c.violation(outcome.values[c.objective]))
+            trial.set_user_attr("values", outcome.values)
+            trial.set_user_attr("fidelity", outcome.fidelity)
+            trial.set_user_attr("eval_s", outcome.wall_s)
+            study.tell(trial, [outcome.values[o.name] for o in front.objectives])
+            rec = TrialRecord(
+                trial.number, params, plan, "complete", rungs={0: dict(outcome.values)}
+            )
+        self.flush()  # the trial is on disk before anyone hears of it
+        return rec
+
+    def save_rungs(self, study: Any, record: TrialRecord) -> None:
+        """Remember (durably) what ``record`` measured above rung 0."""
+        rungs = {str(r): v for r, v in record.rungs.items() if r > 0}
+        study.set_user_attr(RUNG_ATTR + str(record.number), rungs)
+        self.flush()
 
     def flush(self) -> None:
         """Make what the study holds durable (a buffered journal writes it now)."""

@@ -55,6 +55,15 @@ PLAN_FILE = "plan.json"
 MODEL_FILE = "model.onnx"
 
 
+def no_telemetry() -> None:
+    """Frontier sends nothing anywhere: MLflow's telemetry and Ray's usage stats are off
+    unless the user turned them on explicitly."""
+    import os
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
 class TrackingError(ValueError):
     """A search, run or artifact is not where the user said; the message says what is."""
 
