@@ -17,6 +17,8 @@ from ._digits import (
     load_digits_splits,
     train_classifier,
 )
+from ._fashion import IdxRecipe, IdxTask, adapt_model, train_idx_model
+from ._idx import FASHION_MNIST_ROOT, load_idx_split, read_idx, write_idx
 from ._imagefolder import ImageFolderTask, load_weights
 from ._tasks import Loaders, Task, TaskError, build_task, register_task, task_names
 
@@ -30,20 +32,28 @@ def builtin_configs() -> dict[str, Path]:
 
 __all__ = [
     "CONFIG_DIR",
+    "FASHION_MNIST_ROOT",
     "DigitsTask",
+    "IdxRecipe",
+    "IdxTask",
     "ImageFolderTask",
     "Loaders",
     "Recipe",
     "SwishBeta",
     "Task",
     "TaskError",
+    "adapt_model",
     "build_task",
     "builtin_configs",
     "cache_dir",
     "evaluate",
     "load_digits_splits",
+    "load_idx_split",
     "load_weights",
+    "read_idx",
     "register_task",
     "task_names",
     "train_classifier",
+    "train_idx_model",
+    "write_idx",
 ]
