@@ -498,7 +498,8 @@ def write_report(
                 "pandas",
             )
         ),
-        f"- torch trains and evaluates with {torch_threads} threads; device tables use "
+        f"- torch trains baselines with {torch_threads} threads and scores each trial with "
+        "`backend.threads_per_trial` (default 1); device tables use "
         "ONNX Runtime's CPU provider, batch 1 (1 thread, and 2 for `local-cpu-2t`)",
         "",
         "## What was measured and what was simulated",
