@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,29 @@ CACHE_ENV = "FRONTIER_CACHE_DIR"
 def cache_dir() -> Path:
     """Where baselines are cached: ``$FRONTIER_CACHE_DIR`` or ``~/.cache/frontier``."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "frontier")
+
+
+def load_or_train(
+    model: nn.Module, path: Path, train: Callable[[nn.Module], dict[str, Any] | None]
+) -> nn.Module:
+    """``model`` with the weights cached at ``path``, or trained by ``train(model)`` and
+    cached there (atomically; the figures ``train`` returns go in a ``.json`` beside it).
+    An unreadable cache file is retrained, with a warning. Returns the model in eval mode."""
+    if path.exists():
+        try:
+            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        except Exception as err:
+            logger.warning("cached baseline %s is unreadable (%s); retraining", path, err)
+        else:
+            return model.eval()
+    figures = train(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(path)
+    if figures is not None:
+        path.with_suffix(".json").write_text(json.dumps(figures, indent=2))
+    return model.eval()
 
 
 @dataclass(frozen=True)
@@ -204,28 +228,19 @@ class DigitsTask(Task):
     def baseline(self) -> nn.Module:
         if self._baseline is not None:
             return self._baseline
-        model = self.new_model()
         path = self.cache_path()
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-            except Exception as err:
-                logger.warning("cached baseline %s is unreadable (%s); retraining", path, err)
-            else:
-                self._baseline = model.eval()
-                return self._baseline
-        start = time.perf_counter()
-        print(f"training the digits {self.family} baseline (cached at {path}) ...", file=sys.stderr)
-        val_acc = train_classifier(
-            model, self.loaders(batch_size=self.recipe.batch_size), self.recipe
-        )
-        print(
-            f"trained in {time.perf_counter() - start:.1f} s, validation accuracy {val_acc:.4f}",
-            file=sys.stderr,
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(path)
-        self._baseline = model.eval()
+
+        def train(model: nn.Module) -> None:
+            start = time.perf_counter()
+            print(
+                f"training the digits {self.family} baseline (cached at {path}) ...",
+                file=sys.stderr,
+            )
+            val_acc = train_classifier(
+                model, self.loaders(batch_size=self.recipe.batch_size), self.recipe
+            )
+            took_s = time.perf_counter() - start
+            print(f"trained in {took_s:.1f} s, validation accuracy {val_acc:.4f}", file=sys.stderr)
+
+        self._baseline = load_or_train(self.new_model(), path, train)
         return self._baseline

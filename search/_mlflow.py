@@ -237,9 +237,16 @@ class MlflowCallback(Callback):
         if rec.exported_rung == rec.rung:
             return
         tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
-        result = search.evaluation.export(rec.plan, max(rec.rung, 0), tmp / MODEL_FILE)
+        rec.exported_rung = rec.rung  # tried once per rung, failed or not
+        try:
+            result = search.evaluation.export(rec.plan, max(rec.rung, 0), tmp / MODEL_FILE)
+        except Exception as err:  # the search goes on; the run says why it has no model
+            shutil.rmtree(tmp, ignore_errors=True)
+            error = f"{type(err).__name__}: {err}"
+            print(f"frontier: trial {rec.number}: ONNX export failed ({error})", file=sys.stderr)
+            self._tag_later(rec, {Tag.EXPORT_ERROR: error[:4000]})
+            return
         (tmp / PLAN_FILE).write_text(search.evaluation.plan(rec.plan).to_json())
-        rec.exported_rung = rec.rung
 
         def write() -> None:
             try:

@@ -36,6 +36,8 @@ class Tag:
     BASELINE = "frontier.baseline"
     DEVICE_TABLES = "frontier.device_tables"
     NOTES = "frontier.notes"
+    #: why a front member has no ONNX model (its export failed)
+    EXPORT_ERROR = "frontier.export_error"
     # on each trial run
     TRIAL = "frontier.trial"
     PARETO = "frontier.pareto"

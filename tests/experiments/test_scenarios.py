@@ -84,6 +84,7 @@ def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
     root = image_folder(tmp_path / "images", per_class=4)
     args = ["search", "mobilenetv2-flops40", "--trials", "4", "--no-progress"]
     for setting in (
+        "task.name=imagefolder",
         f"task.options.root={root}",
         "task.options.image_size=32",
         "search.population=2",
@@ -125,6 +126,7 @@ def test_resnet50_edge_with_data_and_weights_fine_tunes_under_its_constraints(
     torch.save(torchvision.models.resnet50(num_classes=2).state_dict(), weights)
     config = load_config("resnet50-edge").override(
         {
+            "task.name": "imagefolder",
             "task.options.root": str(root),
             "task.options.weights": str(weights),
             "task.options.image_size": 32,
@@ -230,3 +232,41 @@ def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
             estimate.latency_ms
         )
     assert {"sparse", "pruned"} <= {k for kind in kinds for k in ("sparse", "pruned") if k in kind}
+
+
+@pytest.mark.slow
+def test_mobilenetv2_runs_on_fashion_mnist_with_real_accuracy_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from tests.experiments.test_fashion import _write_fake_fashion
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    # without the data: the install hint, not a silently synthetic search
+    missing = ["search", "mobilenetv2-flops40", "--no-progress"]
+    assert main([*missing, "--set", f"task.options.root={tmp_path / 'none'}"]) == 2
+    assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
+    root = _write_fake_fashion(tmp_path / "fashion")
+    config = load_config("mobilenetv2-flops40").override(
+        {
+            "task.options.root": str(root),
+            "task.options.epochs": 2,
+            "objectives": [
+                {"name": "accuracy", "options": {"steps": 2, "full_factor": 2, "batch_size": 32}},
+                "latency_ms@local-cpu",
+            ],
+            "search.trials": 4,
+            "search.population": 2,
+            "search.fidelity.promote": 1.0,
+            "backend.workers": 1,
+            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+        }
+    )
+    assert config.task.name == "fashion-mnist"
+    result = run(config, progress=False)
+    trials = result.trials[result.trials.state == "complete"]
+    assert len(trials) == 4 and "full" in set(trials.rung)  # real fine-tuning rungs
+    assert not json.loads(result.study.user_attrs.get("frontier.notes", "[]"))
+    base = result.study.user_attrs["frontier.baseline"]
+    assert 0 < base["accuracy"] <= 1 and base["macs"] > 1e6  # a trained 28x28 MobileNetV2
+    assert (trials.feasible == (trials.macs <= 0.6 * base["macs"])).all()

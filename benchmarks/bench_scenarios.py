@@ -1,0 +1,220 @@
+"""The built-in scenarios at their default budgets, each answered as its question asks:
+search, pick the front member the question wants, measure it again.
+
+For each scenario: run the search in a fresh working directory (the baseline cache and
+the device store are the user's, so trained baselines and measured tables are reused;
+the first run pays for them and the wall time says so); pick the most accurate
+complete, feasible trial at the highest rung (ties: the lowest latency); take its ONNX
+from MLflow (or export it again, seeded, when it is not a front member); measure its
+accuracy with ONNX Runtime on the split its rung scored and its latency beside the FP32
+model's, one thread, batch 1, both timed in the same run.
+
+Writes ``benchmarks/report-logs/scenarios.json``: a list of objects, one per scenario
+(a rerun replaces that scenario's object, the others stay), with ``scenario``,
+``accuracy_kind`` ("real" or "proxy"), ``baseline`` and ``picked`` (``accuracy``,
+``macs``, ``size_bytes``, ``latency_ms``; ``picked`` also ``latency_measured_ms``;
+``baseline`` ``latency_measured_ms`` too), the targets and whether they were met.
+
+Run: python benchmarks/bench_scenarios.py [--scenarios mobilenetv2-flops40 resnet50-edge]
+     [--set KEY=VALUE ...] [--json benchmarks/report-logs/scenarios.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+#: scenario -> its targets, as (what, check on the scenario's row)
+TARGETS: dict[str, list[tuple[str, Any]]] = {
+    "mobilenetv2-flops40": [
+        ("MACs <= 60% of baseline", lambda b, p: p["macs"] <= 0.6 * b["macs"]),
+        ("accuracy loss <= 1.0 point", lambda b, p: b["accuracy"] - p["accuracy"] <= 0.010),
+        (
+            "measured latency >= 1.3x faster",
+            lambda b, p: b["latency_measured_ms"] >= 1.3 * p["latency_measured_ms"],
+        ),
+    ],
+    "resnet50-edge": [
+        ("size <= 50% of baseline", lambda b, p: p["size_bytes"] <= 0.5 * b["size_bytes"]),
+        (
+            "measured latency <= 70% of baseline",
+            lambda b, p: p["latency_measured_ms"] <= 0.7 * b["latency_measured_ms"],
+        ),
+        ("accuracy loss < 2 points", lambda b, p: b["accuracy"] - p["accuracy"] < 0.020),
+    ],
+}
+
+
+RUNGS = ["proxy", "short", "full"]
+
+
+def _latency_key(frame: Any) -> str:
+    return next(c for c in frame.columns if c.startswith("latency_ms@"))
+
+
+def pick(trials: Any) -> Any:
+    """The most accurate complete, feasible trial at the highest rung reached (ties: the
+    lowest latency); None when no trial qualifies."""
+    pool = trials[(trials.state == "complete") & trials.feasible]
+    if pool.empty:
+        return None
+    highest = max(pool.rung, key=RUNGS.index)
+    top = pool[pool.rung == highest]
+    order = top.sort_values(["accuracy", _latency_key(top)], ascending=[False, True])
+    return order.iloc[0]
+
+
+def onnx_accuracy(path: Path, x: Any, y: Any) -> float:
+    """Top-1 accuracy of an ONNX model over (x, y), one image at a time."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    preds = [
+        int(np.argmax(session.run(None, {name: x[i : i + 1].numpy()})[0])) for i in range(len(x))
+    ]
+    return float(np.mean(np.array(preds) == y.numpy()))
+
+
+def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:
+    from frontier.latency_models import DeviceStore, measure_models
+    from frontier.search import Evaluation, front_frame, load_config, run
+    from frontier.search.cli import main as cli
+    from frontier.spaces import CompressionPlan, export_onnx
+
+    config = load_config(name).override(overrides)
+    cwd = Path.cwd()
+    os.chdir(work)
+    start = time.perf_counter()
+    try:
+        result = run(config, progress=False)
+        search_s = time.perf_counter() - start
+        evaluation = Evaluation(config)
+        latency = next(m for m in config.metric_names() if m.startswith("latency_ms@"))
+        device = latency.partition("@")[2]
+        trained = list(evaluation.rungs) != ["proxy"]
+        base = dict(result.study.user_attrs.get("frontier.baseline", {}))
+        row = pick(result.trials)
+        out: dict[str, Any] = {
+            "scenario": name,
+            "accuracy_kind": "real" if trained else "proxy",
+            "overrides": overrides,
+            "trials": len(result.trials),
+            "failed": int((result.trials.state == "failed").sum()),
+            "search_s": round(search_s, 1),
+            "hypervolume": result.hypervolume,
+        }
+        teacher_path = work / "baseline.onnx"
+        export_onnx(evaluation.teacher, CompressionPlan(), evaluation.example, teacher_path)
+        splits = evaluation.task.splits() if hasattr(evaluation.task, "splits") else None
+        baseline = {
+            "accuracy": base.get("accuracy"),
+            "macs": base.get("macs"),
+            "size_bytes": base.get("size_bytes"),
+            "latency_ms": base.get(latency),
+        }
+        if splits is not None and trained:
+            baseline["accuracy_split"] = "test"
+            baseline["accuracy"] = onnx_accuracy(teacher_path, *splits["test"])
+        if row is None:
+            out["baseline"] = baseline
+            out["picked"] = None
+            out["note"] = "no complete, feasible trial"
+            return out
+        plan = result.study.trials[int(row.trial)].user_attrs["plan"]
+        rung_index = evaluation.rungs.index(row.rung)
+        picked_path = work / "picked.onnx"
+        try:  # a front member's ONNX is in MLflow
+            members = front_frame("sqlite:///mlflow.db", _parent(result), members_only=False)
+            run_id = str(members[members.trial == int(row.trial)].run_id.iloc[0])
+            with contextlib.redirect_stdout(io.StringIO()):
+                cli(["pick", run_id, "--export", str(picked_path)])
+            source = "mlflow"
+        except Exception:
+            evaluation.export(plan, rung_index, picked_path)
+            source = "exported again"
+        reference = DeviceStore(config.device_store).load(device).reference("model")
+        threads = 1 if device == "local-cpu" else int(device.removeprefix("local-cpu-")[:-1])
+        measured = measure_models(
+            [teacher_path.read_bytes(), picked_path.read_bytes()],
+            threads=threads,
+            reference=reference,
+            sessions=5,
+        )
+        baseline["latency_measured_ms"] = measured[0]
+        split = "test" if row.rung == "full" else "val"
+        picked = {
+            "trial": int(row.trial),
+            "rung": row.rung,
+            "accuracy": float(row.accuracy),
+            "accuracy_split": split,
+            "macs": float(row.macs) if "macs" in row else None,
+            "size_bytes": float(row.size_bytes) if "size_bytes" in row else None,
+            "latency_ms": float(row[latency]),
+            "latency_measured_ms": measured[1],
+            "onnx_from": source,
+            "plan": plan,
+        }
+        if splits is not None and trained:
+            picked["onnx_accuracy"] = onnx_accuracy(picked_path, *splits[split])
+        out["baseline"], out["picked"] = baseline, picked
+        out["targets"] = {
+            what: bool(check(baseline, picked)) for what, check in TARGETS.get(name, [])
+        }
+        return out
+    finally:
+        os.chdir(cwd)
+        print(f"[bench_scenarios] {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+
+
+def _parent(result: Any) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri="sqlite:///mlflow.db").get_run(result.mlflow_run_id)
+
+
+def merge(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``path``'s rows with these rows' scenarios replaced (order kept, new ones last)."""
+    old = json.loads(path.read_text()) if path.exists() else []
+    fresh = {r["scenario"]: r for r in rows}
+    merged = [fresh.pop(r["scenario"], r) for r in old]
+    return merged + list(fresh.values())
+
+
+def main() -> None:
+    from frontier.search.cli import _settings
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", nargs="+", default=["mobilenetv2-flops40", "resnet50-edge"])
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--json", default=str(HERE / "report-logs" / "scenarios.json"))
+    args = parser.parse_args()
+    overrides = _settings(args.set)
+    out = Path(args.json)
+    for name in args.scenarios:
+        with tempfile.TemporaryDirectory(prefix=f"frontier-{name}-") as tmp:
+            start = time.perf_counter()
+            row = run_scenario(name, overrides, Path(tmp))
+            row["wall_s"] = round(time.perf_counter() - start, 1)
+        print(json.dumps(row, default=str)[:2000], flush=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(merge(out, [row]), indent=2, default=str) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
