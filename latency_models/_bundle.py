@@ -30,6 +30,7 @@ from frontier.spaces import (
 )
 
 from ._ops import INT8_FP32_ADD, OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
+from ._table import MIN_CALIBRATION_MODELS
 from ._templates import WEIGHTED, Templates, build_templates
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
@@ -46,6 +47,61 @@ SMALL_MODEL_MACS = 10_000_000
 #: Seeds of the plans whose whole models calibrate a table, and of those that validate it.
 CALIBRATION_SEED0 = 10_000
 VALIDATION_SEED0 = 20_000
+
+#: Inputs that hold a layer's weights, by op type: a bundle stores these initializers
+#: as seeded external data (``strip_weights``) instead of their values.
+WEIGHT_INPUTS = {
+    "Conv": (1,),
+    "ConvTranspose": (1,),
+    "Gemm": (0, 1),
+    "MatMul": (0, 1),
+    "QLinearConv": (3,),
+    "QLinearMatMul": (0, 3),
+    "QGemm": (3,),
+    "ConvInteger": (1,),
+    "MatMulInteger": (0, 1),
+    "DequantizeLinear": (0,),
+}
+#: Initializers smaller than this many elements stay in the model (cheap, and exact).
+STRIP_MIN_ELEMENTS = 256
+_STRIPPED_DTYPES = {1: "float32", 2: "uint8", 3: "int8"}  # onnx.TensorProto data types
+
+
+def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:
+    """``model_bytes`` without the values of its large weight initializers, and their
+    layout (``[name, dtype, dims]`` each) for the runner to draw them from a seed.
+
+    A dense kernel's latency depends on the shapes and types of its weights, not on
+    their values, and a bundle of random-weight models does not compress (a mobilenet_v2
+    bundle was 64.5 MB of ops and 12.5 MB a whole model). The initializers stay in the
+    graph, marked as external data, so ONNX Runtime treats the drawn values as the
+    constants they were (prepacked, folded), not as inputs."""
+    import onnx
+
+    proto = onnx.load_from_string(model_bytes)
+    weight_names = {
+        node.input[i]
+        for node in proto.graph.node
+        for i in WEIGHT_INPUTS.get(node.op_type, ())
+        if i < len(node.input)
+    }
+    layout: list[list[Any]] = []
+    for tensor in proto.graph.initializer:
+        dtype = _STRIPPED_DTYPES.get(tensor.data_type)
+        if (
+            tensor.name not in weight_names
+            or dtype is None
+            or tensor.data_location == onnx.TensorProto.EXTERNAL
+            or int(np.prod(tensor.dims)) < STRIP_MIN_ELEMENTS
+        ):
+            continue
+        layout.append([tensor.name, dtype, [int(d) for d in tensor.dims]])
+        for data_field in ("raw_data", "float_data", "int32_data"):
+            tensor.ClearField(data_field)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "location", "frontier-seeded-weights"
+    return bytes(proto.SerializeToString()), layout
 
 
 @dataclass
@@ -241,8 +297,21 @@ def write_bundle(
     found = ops if ops is not None else space_ops(model, example_inputs, space)
     if calibration is None:
         calibration = default_calibration(found)
+    if 0 < calibration < MIN_CALIBRATION_MODELS:
+        raise ValueError(
+            f"calibration must be 0 or at least {MIN_CALIBRATION_MODELS} whole models, got "
+            f"{calibration}: with fewer the table is predicted by the plain sum of its ops"
+        )
     entries: list[dict[str, Any]] = []
     start = time.perf_counter()
+    seeds = iter(range(1, 1 << 30))
+
+    def put(zf: zipfile.ZipFile, file: str, data: bytes) -> dict[str, Any]:
+        """Store a model, its weights left to the runner's seed; its manifest fields."""
+        stripped, layout = strip_weights(data)
+        zf.writestr(file, stripped)
+        return {"weights": layout, "weights_seed": next(seeds)} if layout else {}
+
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("models/overhead.onnx", identity_model().SerializeToString())
         # The overhead is subtracted from every op, so it is measured several times,
@@ -262,7 +331,7 @@ def write_bundle(
         reference = reference_op(found.ops)
         for i, spec in enumerate(found.ops):
             file = f"models/op-{i:05d}.onnx"
-            zf.writestr(file, op_model_bytes(spec))
+            weights = put(zf, file, op_model_bytes(spec))
             entries.append(
                 {
                     "id": f"op-{i:05d}",
@@ -272,6 +341,7 @@ def write_bundle(
                     "op_type": spec.kind,
                     "precision": spec.precision,
                     "spec": spec.to_dict(),
+                    **weights,
                 }
             )
             if spec is reference:
@@ -281,6 +351,7 @@ def write_bundle(
                         "kind": "reference",
                         "file": file,
                         "key": f"reference-{spec.key}",
+                        **weights,
                     }
                 )
             progress("ops", i + 1, len(found.ops), start)
@@ -288,7 +359,8 @@ def write_bundle(
             json.dumps([name, *(spec.key for spec in found.ops)]).encode()
         ).hexdigest()[:16]
         # whole models are timed beside the uncompressed model (see runner.REFERENCE_OF)
-        zf.writestr(
+        weights = put(
+            zf,
             "models/reference-model.onnx",
             whole_model_bytes(model, CompressionPlan(), example_inputs, calibration_data),
         )
@@ -298,6 +370,7 @@ def write_bundle(
                 "kind": "reference",
                 "file": "models/reference-model.onnx",
                 "key": f"teacher-{digest}",
+                **weights,
             }
         )
         for kind, seed0, count in (
@@ -309,7 +382,7 @@ def write_bundle(
                 plan = space.sample(seed0 + i)
                 data = whole_model_bytes(model, plan, example_inputs, calibration_data)
                 file = f"models/{kind}-{i:04d}.onnx"
-                zf.writestr(file, data)
+                weights = put(zf, file, data)
                 arch = arch_key(plan)
                 entries.append(
                     {
@@ -321,6 +394,7 @@ def write_bundle(
                         "plan": plan.to_dict(),
                         "op_keys": [o.key for o in plan_ops(found.templates[arch], plan)],
                         "op_nodes": [list(t.nodes) for t in found.templates[arch].ops],
+                        **weights,
                     }
                 )
                 progress(kind, i + 1, count, start)

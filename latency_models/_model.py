@@ -15,7 +15,7 @@ from ._context import ContextModel, fit_context
 from ._correction import ALPHAS as CORRECTION_ALPHAS
 from ._correction import Correction, fit_correction
 from ._ops import OpSpec, plan_ops
-from ._table import DeviceTable, Row
+from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row
 
 #: Feature groups of the whole-model calibration: the per-op sums of each are scaled.
 CALIBRATION_GROUPS = ("conv", "dwconv", "linear", "other")
@@ -139,6 +139,22 @@ def _fit_fallback(kind: str, specs: list[OpSpec], ms: np.ndarray) -> FallbackFit
     chosen = fit(best, np.arange(n))
     chosen.cv_wape = wape[best]
     return chosen
+
+
+def error_summary(predicted: list[float], measured: list[float]) -> dict[str, Any]:
+    """How ``predicted`` latencies agree with ``measured`` ones: their count, the share
+    within +/-10%, the mean absolute percentage error and Kendall's tau."""
+    from scipy.stats import kendalltau
+
+    pred, meas = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    err = pred / meas - 1
+    tau = float(kendalltau(pred, meas)[0]) if len(pred) > 1 else math.nan
+    return {
+        "samples": len(pred),
+        "within_10pct": round(float((np.abs(err) <= 0.10).mean()), 4),
+        "mape": round(float(np.abs(err).mean()), 4),
+        "kendall_tau": round(tau, 4) if math.isfinite(tau) else None,
+    }
 
 
 @dataclass
@@ -390,7 +406,7 @@ class LatencyModel:
         fold_fits: dict[str, list[Any]] = {}
         measured = np.array([s.measured_ms for s in samples])
         folds = []
-        if len(samples) >= 8:
+        if len(samples) >= MIN_CALIBRATION_MODELS:
             folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
             for method in ("sum", "groups", "context"):
                 fits = [self._fit(method, [samples[i] for i in train]) for train, _ in folds]
@@ -468,6 +484,48 @@ class LatencyModel:
         self.correction = fit_correction(specs, calibrated, measured, best[1])
         self.method = f"{self.method}, per-op corrected"
         self.method_cv[self.method] = best[0]
+
+    def quality(self) -> dict[str, Any]:
+        """How this table predicts, for ``lut show``, ``lut import`` and MLflow: the
+        calibration in use and its cross-validated MAPE, how many calibration models it
+        was fitted on, what lowers it (``warnings``: the table's import warnings, and
+        too few calibration models), and, where the device measured validation models,
+        the predictions' error on them (``stored_validation``). The last ``lut
+        validate`` result is in the table's metadata (``validation``)."""
+        if self.method is None:
+            self.choose_calibration()
+        samples = len(self.calibration_samples())
+        warnings = list(self.table.meta.get("import_warnings", []))
+        rows = len(self.table.whole_models("calibration"))
+        if rows and samples < MIN_CALIBRATION_MODELS:
+            warnings.append(
+                f"{samples} of {rows} calibration models usable (at least "
+                f"{MIN_CALIBRATION_MODELS} needed): predictions are the plain sum of ops"
+            )
+        return {
+            "calibration": {
+                "method": self.method,
+                "models": samples,
+                "cv_mape": {k: round(v, 4) for k, v in self.method_cv.items()},
+            },
+            "warnings": list(dict.fromkeys(warnings)),
+            "stored_validation": self.stored_validation(),
+            "validation": self.table.meta.get("validation"),
+        }
+
+    def stored_validation(self) -> dict[str, Any] | None:
+        """Predictions against the validation models the device measured (from the
+        bundle's manifest: the ops of each), or None when the table holds none."""
+        pairs = []
+        for row in self.table.whole_models("validation"):
+            entry = self.table.models.get(row.key)
+            specs = [self.spec_of(k) for k in (entry or {}).get("op_keys", [None])]
+            if entry is not None and all(s is not None for s in specs):
+                pred = self.predict_ops([s for s in specs if s is not None]).latency_ms
+                pairs.append((pred, row.median_ms))
+        if not pairs:
+            return None
+        return error_summary([p for p, _ in pairs], [m for _, m in pairs])
 
     def _calibrated(self, specs: list[OpSpec]) -> float:
         latency = sum(

@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .runner import BUNDLE_VERSION, COLUMNS, profiles_path
+from .runner import COLUMNS, READABLE_VERSIONS, manifest_path, profiles_path, seeded_weights
 
 REQUIRED = ("model_id", "kind", "key", "status", "median_ms")
 KINDS = ("overhead", "op", "calibration", "validation")
+#: Fewest calibration models a table's calibration is fitted from (5-fold
+#: cross-validation picks it); with fewer a table predicts the plain sum of its ops.
+MIN_CALIBRATION_MODELS = 8
 
 
 class TableError(ValueError):
@@ -162,7 +165,8 @@ class DeviceTable:
         file = Path(f"{self.path}.reference-{role}.onnx") if self.path is not None else None
         if not ref or file is None or not file.exists():
             return None
-        return file.read_bytes(), float(ref["level_ms"])
+        data = with_weights(file.read_bytes(), ref.get("weights") or [], ref.get("weights_seed", 0))
+        return data, float(ref["level_ms"])
 
     @functools.cached_property
     def overhead_ms(self) -> float:
@@ -229,6 +233,22 @@ class DeviceTable:
         }
 
 
+def with_weights(model_bytes: bytes, layout: list[list[Any]], seed: int) -> bytes:
+    """A stripped bundle model (``strip_weights``) whole again: its weights drawn from
+    ``seed`` as the runner draws them, stored in the file."""
+    import onnx
+    from onnx import numpy_helper
+
+    if not layout:
+        return model_bytes
+    values = seeded_weights(layout, seed)
+    proto = onnx.load_from_string(model_bytes)
+    for tensor in proto.graph.initializer:
+        if tensor.name in values:
+            tensor.CopyFrom(numpy_helper.from_array(values[tensor.name], tensor.name))
+    return bytes(proto.SerializeToString())
+
+
 def _float(text: str) -> float:
     return float(text) if text not in ("", None) else math.nan
 
@@ -263,10 +283,11 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise TableError(f"{meta_path}: not valid JSON ({err})") from err
-    version = meta.get("bundle_version", BUNDLE_VERSION)
-    if version != BUNDLE_VERSION:
+    version = meta.get("bundle_version", READABLE_VERSIONS[-1])
+    if version not in READABLE_VERSIONS:
         raise TableError(
-            f"{meta_path}: bundle_version {version!r}; this Frontier reads {BUNDLE_VERSION}"
+            f"{meta_path}: bundle_version {version!r}; this Frontier reads "
+            f"{list(READABLE_VERSIONS)}"
         )
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
@@ -374,19 +395,42 @@ class DeviceStore:
         meta: DeviceMeta | None = None,
         manifest: dict[str, Any] | None = None,
         merge: bool = False,
+        allow_degraded: bool = False,
     ) -> DeviceTable:
         """Validate ``path`` and store it as ``name``.
 
+        What the runner wrote beside the CSV comes along: ``.meta.json`` (device
+        metadata), ``.manifest.json`` (the bundle's manifest), ``.profiles.jsonl``
+        (in-context kernel times) and the reference models. A table missing any of
+        these that its rows need predicts worse than it could (no whole-model
+        calibration, no in-context calibration, unknown CPU and threads), so it is
+        refused, or with ``allow_degraded`` stored with each loss in
+        ``import_warnings``. Fewer than ``MIN_CALIBRATION_MODELS`` calibration models
+        are recorded there too.
+
         Args:
-            path: the measured CSV (its ``.meta.json`` beside it).
+            path: the measured CSV (the runner's files beside it).
             name: the device name to store it under.
             meta: metadata to add: its set fields (``active_power_w``, ...) override
                 the table's.
-            manifest: the bundle's manifest; its whole-model entries let the table
-                calibrate predictions against whole-model latency.
+            manifest: the bundle's manifest, where it is not beside the CSV; its
+                whole-model entries let the table calibrate predictions against
+                whole-model latency.
             merge: keep a stored table's rows that ``path`` does not replace.
+            allow_degraded: store a table missing what its rows need, with warnings.
         """
+        path = Path(path)
         table = read_table(path, name=name)
+        manifest = manifest if manifest is not None else _read_manifest_beside(path)
+        losses = _import_losses(path, table, manifest)
+        if losses and not allow_degraded:
+            raise TableError(
+                f"{path}: not imported, since it would predict worse than it was measured "
+                "to:\n  " + "\n  ".join(losses) + "\nKeep the files the runner wrote beside "
+                "the CSV, or pass --bundle; or import anyway with --allow-degraded "
+                "(recorded in the table's import_warnings)"
+            )
+        warnings = [*losses, *_calibration_warnings(table)]
         added = meta.to_dict() if meta is not None else {}
         merged_meta = {**table.meta, **added, "device": name}
         rows = table.rows
@@ -395,6 +439,10 @@ class DeviceStore:
             new_keys = {r.key for r in rows}
             rows = [r for r in old.rows if r.key not in new_keys] + rows
             merged_meta = {**old.meta, **merged_meta}
+            warnings = [*old.meta.get("import_warnings", []), *warnings]
+        merged_meta.pop("import_warnings", None)
+        if warnings:
+            merged_meta["import_warnings"] = list(dict.fromkeys(warnings))
         target = self._dir(name)
         target.mkdir(parents=True, exist_ok=True)
         tmp = target / "table.csv.tmp"
@@ -425,6 +473,66 @@ class DeviceStore:
             (target / "bundles").mkdir(exist_ok=True)
             (target / "bundles" / f"{manifest['bundle_id']}.json").write_text(json.dumps(whole))
         return self.load(name)
+
+    def record(self, name: str, **fields: Any) -> None:
+        """Add ``fields`` to the stored metadata of ``name`` (``validation``, say)."""
+        meta_path = self._dir(name) / "table.csv.meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        meta.update(fields)
+        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def _read_manifest_beside(path: Path) -> dict[str, Any] | None:
+    file = manifest_path(path)
+    if not file.exists():
+        return None
+    try:
+        manifest: dict[str, Any] = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise TableError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("models"), list):
+        raise TableError(f"{file}: not a bundle manifest (no 'models' list)")
+    return manifest
+
+
+def _import_losses(path: Path, table: DeviceTable, manifest: dict[str, Any] | None) -> list[str]:
+    """What importing ``path`` as it is would lose, one sentence each."""
+    losses = []
+    if not Path(str(path) + ".meta.json").exists():
+        losses.append(
+            f"no {path.name}.meta.json: the device's CPU, threads, ONNX Runtime and the "
+            "reference levels its rows are normalised to would be unknown"
+        )
+    whole = [r for r in table.rows if r.kind in ("calibration", "validation")]
+    bundle_id = table.meta.get("bundle_id")
+    if manifest is not None and bundle_id and manifest.get("bundle_id") not in (None, bundle_id):
+        raise TableError(
+            f"{path}: measured bundle {bundle_id}, but the manifest given is of bundle "
+            f"{manifest.get('bundle_id')}"
+        )
+    if whole and manifest is None:
+        losses.append(
+            f"{len(whole)} whole models but no bundle manifest (the runner writes "
+            f"{manifest_path(path).name}; or --bundle): without the ops of each, there is "
+            "no calibration and predictions are the plain sum of ops"
+        )
+    calibration = [r for r in table.rows if r.kind == "calibration" and r.status == "ok"]
+    if calibration and not profiles_path(path).exists():
+        losses.append(
+            f"{len(calibration)} calibration models but no {profiles_path(path).name}: the "
+            "in-context calibration (each op's kernel time inside whole models) is lost"
+        )
+    return losses
+
+
+def _calibration_warnings(table: DeviceTable) -> list[str]:
+    calibration = sum(r.kind == "calibration" and r.status == "ok" for r in table.rows)
+    if 0 < calibration < MIN_CALIBRATION_MODELS:
+        return [
+            f"only {calibration} calibration models (at least {MIN_CALIBRATION_MODELS} are "
+            "needed): predictions are the plain sum of ops"
+        ]
+    return []
 
 
 def read_profiles(path: Path) -> dict[str, dict[str, Any]]:

@@ -210,11 +210,29 @@ class ValidationReport:
     plot_path: Path | None = None
     #: how the table's sum was calibrated: method, blend weights, each candidate's CV MAPE
     calibration: dict[str, Any] = field(default_factory=dict)
+    #: where the whole models were measured: "table" (on the device) or "local"
+    measured: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        """The figures a table keeps of its last validation (``validation`` in its
+        metadata), dated."""
+        import datetime as dt
+
+        return {
+            "samples": self.samples,
+            "within_10pct": round(self.within_10pct, 4),
+            "mape": round(self.mape, 4),
+            "kendall_tau": round(self.kendall_tau, 4),
+            "measured": self.measured,
+            "calibration": self.calibration.get("method"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "samples": self.samples,
+            "measured": self.measured,
             "calibration": self.calibration,
             "mape": self.mape,
             "within_10pct": self.within_10pct,
@@ -321,9 +339,13 @@ def validate(
         out_dir: where to write ``validation.csv`` and ``validation.png``.
         measure: "local" measures each exported model on this machine; "table" reads the
             validation models the device measured from its bundle; "auto" uses the table's
-            when it holds enough of them.
+            when it holds enough of them, else measures here if the table was measured
+            on this machine's CPU. A table of another machine is never compared with
+            models measured here: that raises a ValueError saying what to do.
     """
     from scipy.stats import kendalltau
+
+    from .runner import cpu_model
 
     latency.bind(model, example_inputs, space)
     table = latency.table
@@ -333,6 +355,18 @@ def validate(
         if e.get("kind") == "validation" and (row := table.get(k)) is not None
     }
     use_table = measure == "table" or (measure == "auto" and len(stored) >= samples)
+    here, there = cpu_model(), table.meta.get("cpu")
+    if not use_table and there != here:
+        where = f"on {there!r}" if there else "on an unknown CPU (no metadata)"
+        raise ValueError(
+            f"table {table.name!r} was measured {where}, and this machine is {here!r}: "
+            "its predictions can only be checked against models measured on that device. "
+            + (
+                f"It holds {len(stored)} measured validation models: use --samples {len(stored)}."
+                if stored
+                else f"Write its bundle with --validation {samples} and measure it there."
+            )
+        )
     if use_table and len(stored) < samples:
         raise ValueError(
             f"table {table.name!r} holds {len(stored)} measured validation models; "
@@ -389,6 +423,7 @@ def validate(
         kendall_tau=float(kendalltau(pred, meas)[0]) if samples > 1 else float("nan"),
         worst=[rows[int(j)] for j in order[:5]],
         rows=rows,
+        measured="table" if use_table else "local",
         calibration={
             "method": latency.method or "none",
             "weights": dict(latency.weights),

@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 BUNDLE_FORMAT = "frontier-op-bundle"
-BUNDLE_VERSION = 1
+#: Version 2 stores large weights as seeded external initializers (``weights``).
+BUNDLE_VERSION = 2
+#: Bundle versions this runner measures.
+READABLE_VERSIONS = (1, 2)
 COLUMNS = [
     "model_id",
     "kind",
@@ -44,8 +47,15 @@ COLUMNS = [
     "raw_median_ms",
 ]
 
-#: Seconds of reference runs that set a table's reference level (``reference_ms``).
+#: Seconds of reference runs in each window of the reference level (``reference_level``).
 REFERENCE_LEVEL_S = 1.0
+#: The level is taken once two windows in a row agree within this share and neither is
+#: slower than the fastest window so far by more than it (a cold machine runs slow for
+#: its first seconds), or after ``REFERENCE_LEVEL_MAX_S``.
+REFERENCE_LEVEL_STABLE = 0.03
+REFERENCE_LEVEL_MAX_S = 10.0
+#: Seconds the reference runs before its level is timed at all.
+REFERENCE_WARMUP_S = 3.0
 #: Which of a bundle's references each kind of model is timed beside: a machine's slow
 #: spells hit small cache-resident kernels and whole models (memory traffic) differently,
 #: so ops follow an op and whole models follow a whole model.
@@ -231,11 +241,41 @@ class SlowSpells:
         return time.perf_counter() - start
 
 
-def reference_level(reference: Any, twin: Any, seconds: float = REFERENCE_LEVEL_S) -> float:
+def reference_level(
+    reference: Any,
+    twin: Any,
+    seconds: float = REFERENCE_LEVEL_S,
+    *,
+    max_s: float = REFERENCE_LEVEL_MAX_S,
+    stable: float = REFERENCE_LEVEL_STABLE,
+    warmup_s: float = REFERENCE_WARMUP_S,
+) -> float:
     """The reference's median latency (ms) as ``time_session`` times it: beside a model
-    of its own size, ``twin`` (a second session of the same model), for ``seconds``."""
-    stats = time_session(twin, reference=reference, time_cap_s=seconds, rel_ci=0.0)
-    return stats["reference_ms"]
+    of its own size, ``twin`` (a second session of the same model), in windows of
+    ``seconds``, once the machine has settled.
+
+    A freshly booted or idle machine runs its first seconds slow (clocks ramping up,
+    caches and pages cold), and a level taken then scales every row of the table by
+    the same error (1.4x was seen, in the first second). So the pair first runs for
+    ``warmup_s``; then windows are timed until two in a row agree within ``stable`` and
+    neither is slower than the fastest window yet by more than ``stable``; the level is
+    their mean. After ``max_s`` more, the fastest window's level is taken."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < warmup_s:
+        twin()
+        reference()
+    windows: list[float] = []
+    start = time.perf_counter()
+    while True:
+        stats = time_session(twin, reference=reference, time_cap_s=seconds, rel_ci=0.0)
+        windows.append(stats["reference_ms"])
+        if len(windows) >= 2:
+            a, b = windows[-2:]
+            calm = min(windows) * (1 + stable)
+            if abs(a - b) <= stable * min(a, b) and max(a, b) <= calm:
+                return (a + b) / 2
+        if time.perf_counter() - start >= max_s:
+            return min(windows)
 
 
 def normalise(stats: dict[str, float], level_ms: float) -> dict[str, float]:
@@ -262,6 +302,67 @@ def session_options(threads: int) -> Any:
     return so
 
 
+def seeded_weights(layout: list[Any], seed: int) -> dict[str, Any]:
+    """The weights of a bundle model whose large initializers were left out
+    (``layout``: ``[name, dtype, dims]`` each), drawn from ``seed``. A dense kernel's
+    time does not depend on the values, only on their shapes and types; floats are
+    drawn small and normal-range (no denormals, no NaN), integers over their range."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, dtype, dims in layout:
+        if dtype == "float32":
+            out[name] = rng.uniform(-0.05, 0.05, size=dims).astype(np.float32)
+        elif dtype in ("int8", "uint8"):
+            info = np.iinfo(dtype)
+            out[name] = rng.integers(info.min, info.max, size=dims, endpoint=True, dtype=dtype)
+        else:
+            raise ValueError(f"weights of {name!r}: dtype {dtype!r} is not seeded")
+    return out
+
+
+def _fresh_options(options: Any) -> Any:
+    """A copy of ``options``: external initializers are added to session options, and a
+    copy keeps one model's from reaching another's session."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    for attr in (
+        "intra_op_num_threads",
+        "inter_op_num_threads",
+        "log_severity_level",
+        "enable_profiling",
+        "profile_file_prefix",
+    ):
+        setattr(so, attr, getattr(options, attr))
+    return so
+
+
+def inference_session(
+    data: bytes,
+    options: Any,
+    *,
+    provider: str = "CPUExecutionProvider",
+    weights: list[Any] | None = None,
+    weights_seed: int = 0,
+) -> Any:
+    """An ONNX Runtime session of the model ``data``; with ``weights`` (the layout of
+    the initializers a bundle left out), those are drawn from ``weights_seed`` and added
+    as external initializers, so they are constants to the runtime, as in the export."""
+    import onnxruntime as ort
+
+    if not weights:
+        return ort.InferenceSession(data, options, providers=[provider])
+    options = _fresh_options(options)
+    values = seeded_weights(weights, weights_seed)
+    ort_values = [ort.OrtValue.ortvalue_from_numpy(v) for v in values.values()]
+    options.add_external_initializers(list(values), ort_values)
+    sess = ort.InferenceSession(data, options, providers=[provider])
+    sess._frontier_weights = ort_values  # must outlive the session
+    return sess
+
+
 def open_session(
     data: bytes,
     options: Any,
@@ -269,14 +370,18 @@ def open_session(
     provider: str = "CPUExecutionProvider",
     batch_size: int = 1,
     rng: Any = None,
+    weights: list[Any] | None = None,
+    weights_seed: int = 0,
 ) -> tuple[Any, dict[str, Any]]:
     """A call that runs the ONNX model ``data`` once on seeded random inputs (dynamic
-    dimensions at ``batch_size``), and those inputs."""
+    dimensions at ``batch_size``), and those inputs. ``weights`` and ``weights_seed``:
+    as ``inference_session``."""
     import numpy as np
-    import onnxruntime as ort
 
     rng = rng if rng is not None else np.random.default_rng(0)
-    sess = ort.InferenceSession(data, options, providers=[provider])
+    sess = inference_session(
+        data, options, provider=provider, weights=weights, weights_seed=weights_seed
+    )
     feeds = {
         inp.name: rng.standard_normal(
             [d if isinstance(d, int) else batch_size for d in inp.shape]
@@ -284,6 +389,18 @@ def open_session(
         for inp in sess.get_inputs()
     }
     return (lambda: sess.run(None, feeds)), feeds
+
+
+def weights_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """The ``weights`` and ``weights_seed`` of a bundle entry, where it has them."""
+    if not entry.get("weights"):
+        return {}
+    return {"weights": entry["weights"], "weights_seed": int(entry.get("weights_seed", 0))}
+
+
+def manifest_path(out: Path) -> Path:
+    """Where the runner keeps a copy of the bundle's manifest beside its table."""
+    return Path(str(out) + ".manifest.json")
 
 
 def profiles_path(out: Path) -> Path:
@@ -300,19 +417,22 @@ def profile_nodes(
     *,
     reference: Any = None,
     level_ms: float = 0.0,
+    weights: list[Any] | None = None,
+    weights_seed: int = 0,
 ) -> dict[str, list[Any]]:
     """Each node's median kernel time (us) inside the whole model, from ONNX Runtime's
     profiler: ``{node name: [op type, median us]}``, plus ``"model_run"``.
 
     With ``reference`` and its ``level_ms`` the times are normalised as ``normalise``
-    does: the reference runs (twice, the second timed) after every profiled run."""
-    import onnxruntime as ort
-
+    does: the reference runs (twice, the second timed) after every profiled run.
+    ``weights``, ``weights_seed``: as ``inference_session``."""
     so = session_options(threads)
     so.enable_profiling = True
     with tempfile.TemporaryDirectory() as tmp:
         so.profile_file_prefix = str(Path(tmp) / "profile")
-        sess = ort.InferenceSession(model, so, providers=[provider])
+        sess = inference_session(
+            model, so, provider=provider, weights=weights, weights_seed=weights_seed
+        )
         refs: list[float] = []
         for _ in range(runs):
             sess.run(None, feeds)
@@ -347,10 +467,10 @@ def read_manifest(bundle: Path) -> dict[str, Any]:
         raise ValueError(f"{bundle}: not a readable op bundle zip ({err})") from None
     if manifest.get("format") != BUNDLE_FORMAT:
         raise ValueError(f"{bundle}: not a Frontier op bundle (format {manifest.get('format')!r})")
-    if manifest.get("version") != BUNDLE_VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise ValueError(
             f"{bundle}: bundle version {manifest.get('version')!r}; "
-            f"this runner reads version {BUNDLE_VERSION}"
+            f"this runner reads versions {list(READABLE_VERSIONS)}"
         )
     return manifest
 
@@ -388,9 +508,11 @@ def measure_bundle(
 ) -> Path:
     """Measure every model of ``bundle`` and append rows to the CSV ``out``.
 
-    Writes ``out`` (one row per model), ``out`` + ``.meta.json`` (device metadata) and,
-    for the calibration models, ``out`` + ``.profiles.jsonl`` (each node's kernel time
-    inside the whole model, from ONNX Runtime's profiler).
+    Writes ``out`` (one row per model), ``out`` + ``.meta.json`` (device metadata),
+    ``out`` + ``.manifest.json`` (the bundle's manifest: op specs and the ops of each
+    whole model, which calibration needs) and, for the calibration models, ``out`` +
+    ``.profiles.jsonl`` (each node's kernel time inside the whole model, from ONNX
+    Runtime's profiler). ``frontier lut import`` reads them all from beside the CSV.
     Models already in ``out`` are skipped, so an interrupted run resumes.
 
     Where the bundle names references (an op, and a whole model), every model is timed
@@ -455,8 +577,15 @@ def measure_bundle(
     so = session_options(threads)
     rng = np.random.default_rng(0)
 
-    def session(data: bytes) -> tuple[Any, dict[str, Any]]:
-        return open_session(data, so, provider=provider, batch_size=batch_size, rng=rng)
+    def session(data: bytes, entry: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return open_session(
+            data,
+            so,
+            provider=provider,
+            batch_size=batch_size,
+            rng=rng,
+            **weights_of(entry),
+        )
 
     by_id = {m["id"]: m for m in manifest["models"]}
     roles = {r: by_id[i] for r, i in (manifest.get("references") or {}).items() if i in by_id}
@@ -468,14 +597,17 @@ def measure_bundle(
         with zipfile.ZipFile(bundle) as zf:
             for role, entry in roles.items():
                 data = zf.read(entry["file"])
-                ref_run = session(data)[0]
+                ref_run = session(data, entry)[0]
                 if role not in levels:
-                    level = reference_level(ref_run, session(data)[0])
-                    levels[role] = {"key": entry["key"], "level_ms": level}
+                    level = reference_level(ref_run, session(data, entry)[0])
+                    levels[role] = {"key": entry["key"], "level_ms": level, **weights_of(entry)}
                 refs[role] = (ref_run, float(levels[role]["level_ms"]))
                 spells[role] = SlowSpells()
                 Path(f"{out}.reference-{role}.onnx").write_bytes(data)
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    # The result carries what the table is predicted with (op specs, the ops of each
+    # whole model), so an import needs nothing but the files beside the CSV.
+    manifest_path(out).write_text(json.dumps(manifest))
     done = _done_ids(out)
     wanted = [m for m in manifest["models"] if m["kind"] in kinds]
     todo = {m["id"]: m for m in wanted if m["id"] not in done}
@@ -520,7 +652,7 @@ def measure_bundle(
             }
             try:
                 data = zf.read(entry["file"])
-                run, feeds = session(data)
+                run, feeds = session(data, entry)
                 role = REFERENCE_OF.get(entry["kind"], "")
                 ref_run, level_ms = refs.get(role, (None, 0.0))
                 stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
@@ -542,6 +674,7 @@ def measure_bundle(
                         provider,
                         reference=ref_run,
                         level_ms=level_ms,
+                        **weights_of(entry),
                     )
                     with profiles_path(out).open("a") as pf:
                         pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
@@ -605,7 +738,8 @@ def summary(out: Path) -> str:
     return (
         f"wrote {out}: {len(statuses)} model{'' if len(statuses) == 1 else 's'}, "
         f"{len(statuses) - unsupported} measured, "
-        f"{unsupported} unsupported; metadata in {out}.meta.json"
+        f"{unsupported} unsupported; keep the files beside it ({out.name}.*) for "
+        "`frontier lut import`"
     )
 
 

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -113,7 +115,7 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
 
     config = _load(args.config)
     task, model, space = _task_and_space(config)
-    with quiet_root_logger():
+    with quiet_root_logger(), _usage_errors():
         manifest = write_bundle(
             args.out,
             model=model,
@@ -140,7 +142,7 @@ def cmd_lut_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_import(args: argparse.Namespace) -> int:
-    from frontier.latency_models import DeviceMeta, read_manifest
+    from frontier.latency_models import DeviceMeta, LatencyModel, read_manifest
 
     meta = DeviceMeta(
         active_power_w=args.power_w,
@@ -155,14 +157,44 @@ def cmd_lut_import(args: argparse.Namespace) -> int:
         raise TableError(str(err)) from None
     store = _store(args)
     table = store.import_table(
-        args.table, name=args.name, meta=meta, manifest=manifest, merge=args.merge
+        args.table,
+        name=args.name,
+        meta=meta,
+        manifest=manifest,
+        merge=args.merge,
+        allow_degraded=args.allow_degraded,
     )
     s = table.summary()
+    quality = LatencyModel(table).quality()
+    calibration = quality["calibration"]
     print(
         f"imported {args.name}: {s['ops']} ops ({s['ops_ok']} measured), "
-        f"{s['calibration_models']} calibration models, into {store.root}"
+        f"{s['calibration_models']} calibration models, into {store.root}\n"
+        f"calibration: {calibration['method']} from {calibration['models']} models"
+        + (
+            f" (cross-validated MAPE {calibration['cv_mape'][calibration['method']]:.1%})"
+            if calibration["method"] in calibration["cv_mape"]
+            else ""
+        )
     )
+    if quality["stored_validation"]:
+        v = quality["stored_validation"]
+        print(
+            f"validation models measured on the device: {v['samples']}, "
+            f"{v['within_10pct']:.0%} predicted within +/-10%, MAPE {v['mape']:.1%}"
+        )
+    for warning in quality["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def _usage_errors() -> Iterator[None]:
+    """A ValueError of the library below becomes a usage error: one line, exit 2."""
+    try:
+        yield
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def cmd_lut_list(args: argparse.Namespace) -> int:
@@ -182,7 +214,10 @@ def cmd_lut_show(args: argparse.Namespace) -> int:
     table = _store(args).load(args.name)
     summary = table.summary()
     summary["fallbacks"] = LatencyModel(table, calibrate=False).fallback_summary()
+    summary["quality"] = LatencyModel(table).quality()
     print(json.dumps(summary, indent=2))
+    for warning in summary["quality"]["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
     return 0
 
 
@@ -204,17 +239,23 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
         )
     else:
         table = store.load(args.device)
-    report = validate(
-        LatencyModel(table),
-        model=model,
-        example_inputs=example,
-        space=space,
-        samples=args.samples,
-        out_dir=args.out,
-        measure=args.measure,
-        calibration_data=task.calibration_batches(),
-    )
+    latency = LatencyModel(table)
+    with _usage_errors():
+        report = validate(
+            latency,
+            model=model,
+            example_inputs=example,
+            space=space,
+            samples=args.samples,
+            out_dir=args.out,
+            measure=args.measure,
+            calibration_data=task.calibration_batches(),
+        )
+    if store.has(table.name):
+        store.record(table.name, validation=report.summary())
     print(json.dumps(report.to_dict(), indent=2))
+    for warning in latency.quality()["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
     return 0
 
 
@@ -520,6 +561,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--transfer-gbps", type=float, help="bandwidth to the offload device")
     e.add_argument("--unsupported", nargs="*", default=[], help="op kinds the device cannot run")
     e.add_argument("--merge", action="store_true", help="add to the stored table")
+    e.add_argument(
+        "--allow-degraded",
+        action="store_true",
+        help="import a table missing the runner's files it needs (its manifest, profiles or "
+        "metadata), recording what it loses in the table's import_warnings",
+    )
     e.add_argument("--store", help=store_help)
     e.set_defaults(func=cmd_lut_import)
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from frontier.experiments import DigitsTask
-from frontier.latency_models import DeviceStore, measure_bundle, space_ops, write_bundle
+from frontier.latency_models import (
+    DeviceMeta,
+    DeviceStore,
+    DeviceTable,
+    measure_bundle,
+    space_ops,
+    write_bundle,
+)
 from frontier.spaces import SpaceOptions, discover
 
 
@@ -54,3 +61,14 @@ def store(tmp_path) -> DeviceStore:
 def ops(mlp_setup):
     _, model, x, space = mlp_setup
     return space_ops(model, x, space)
+
+
+@pytest.fixture
+def table(measured, store: DeviceStore) -> DeviceTable:
+    out, manifest = measured
+    return store.import_table(
+        out,
+        name="test-cpu",
+        manifest=manifest,
+        meta=DeviceMeta(active_power_w=10.0, transfer_gbps=2.0),
+    )

@@ -3,22 +3,11 @@ import math
 import numpy as np
 import pytest
 
-from frontier.latency_models import DeviceMeta, DeviceStore, LatencyModel, validate
+from frontier.latency_models import LatencyModel, validate
 from frontier.latency_models._bundle import TEACHER
 from frontier.latency_models._model import _fit_fallback
 from frontier.latency_models._ops import OpSpec, plan_ops
 from frontier.latency_models._table import DeviceTable
-
-
-@pytest.fixture
-def table(measured, store: DeviceStore) -> DeviceTable:
-    out, manifest = measured
-    return store.import_table(
-        out,
-        name="test-cpu",
-        manifest=manifest,
-        meta=DeviceMeta(active_power_w=10.0, transfer_gbps=2.0),
-    )
 
 
 def test_prediction_sums_table_ops_plus_one_overhead(table, mlp_setup) -> None:
@@ -100,7 +89,7 @@ def test_local_cpu_table_is_measured_once(mlp_setup, store, capsys) -> None:
         x,
         space,
         store=store,
-        calibration=6,
+        calibration=8,
         time_cap_s=0.02,
         calibration_data=task.calibration_batches(),
     )
