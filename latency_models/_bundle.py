@@ -32,6 +32,7 @@ from frontier.spaces import (
 from ._ops import INT8_FP32_ADD, OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
 from ._table import MIN_CALIBRATION_MODELS
 from ._templates import WEIGHTED, Templates, build_templates
+from ._transfer import few_shot_ops
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
 TEACHER = "teacher"
@@ -43,6 +44,8 @@ OVERHEAD_REPEATS = 7
 CALIBRATION_MODELS = 60
 SMALL_MODEL_CALIBRATION_MODELS = 200
 SMALL_MODEL_MACS = 10_000_000
+#: Calibration models of a few-shot bundle: they choose and scale the transfer.
+FEW_SHOT_WHOLE_MODELS = 10
 
 #: Seeds of the plans whose whole models calibrate a table, and of those that validate it.
 CALIBRATION_SEED0 = 10_000
@@ -278,6 +281,7 @@ def write_bundle(
     name: str = "",
     progress: Callable[[str, int, int, float], None] = _progress,
     ops: SpaceOps | None = None,
+    few_shot: int | None = None,
 ) -> dict[str, Any]:
     """Write the op bundle of ``space`` to ``out`` and return its manifest.
 
@@ -292,11 +296,19 @@ def write_bundle(
 
     ``ops`` is ``space_ops(model, example_inputs, space)`` when the caller already has
     it (computing it exports the model).
+
+    With ``few_shot`` the bundle holds that many of the space's ops (``few_shot_ops``:
+    every kind, small to large) and ``FEW_SHOT_WHOLE_MODELS`` calibration models unless
+    told: a new device measures it in a fraction of the time, and its table is predicted
+    through a stored device's full table (``frontier lut import --few-shot-from``).
+
+    Every model's large weights are left out (``strip_weights``) and drawn by the runner
+    from the seed its manifest entry names.
     """
     out = Path(out)
     found = ops if ops is not None else space_ops(model, example_inputs, space)
     if calibration is None:
-        calibration = default_calibration(found)
+        calibration = FEW_SHOT_WHOLE_MODELS if few_shot else default_calibration(found)
     if 0 < calibration < MIN_CALIBRATION_MODELS:
         raise ValueError(
             f"calibration must be 0 or at least {MIN_CALIBRATION_MODELS} whole models, got "
@@ -329,7 +341,11 @@ def write_bundle(
                 }
             )
         reference = reference_op(found.ops)
-        for i, spec in enumerate(found.ops):
+        measured_ops = found.ops
+        if few_shot:
+            keep = [reference] if reference is not None else []
+            measured_ops = few_shot_ops(found.ops, few_shot, keep=keep)
+        for i, spec in enumerate(measured_ops):
             file = f"models/op-{i:05d}.onnx"
             weights = put(zf, file, op_model_bytes(spec))
             entries.append(
@@ -354,9 +370,10 @@ def write_bundle(
                         **weights,
                     }
                 )
-            progress("ops", i + 1, len(found.ops), start)
+            progress("ops", i + 1, len(measured_ops), start)
+        tag = [f"few-shot-{few_shot}"] if few_shot else []
         digest = hashlib.sha256(
-            json.dumps([name, *(spec.key for spec in found.ops)]).encode()
+            json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
         ).hexdigest()[:16]
         # whole models are timed beside the uncompressed model (see runner.REFERENCE_OF)
         weights = put(
@@ -404,7 +421,9 @@ def write_bundle(
             "bundle_id": digest,
             "name": name,
             "batch_size": 1,
-            "op_count": len(found.ops),
+            "op_count": len(measured_ops),
+            "space_op_count": len(found.ops),
+            **({"few_shot": few_shot} if few_shot else {}),
             "references": {
                 "model": "reference-model",
                 **({"op": "reference-op"} if reference is not None else {}),

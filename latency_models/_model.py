@@ -16,6 +16,8 @@ from ._correction import ALPHAS as CORRECTION_ALPHAS
 from ._correction import Correction, fit_correction
 from ._ops import OpSpec, plan_ops
 from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row
+from ._transfer import Transfer, fit_transfer
+from ._transfer import summary as transfer_summary
 
 #: Feature groups of the whole-model calibration: the per-op sums of each are scaled.
 CALIBRATION_GROUPS = ("conv", "dwconv", "linear", "other")
@@ -208,6 +210,7 @@ class LatencyModel:
     correction: Correction | None = None
     _fitted: dict[str, Any] = field(default_factory=dict, repr=False)
     _offload_model: LatencyModel | None = field(default=None, repr=False)
+    _transfer: Transfer | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
     _specs: dict[str, OpSpec] = field(default_factory=dict, repr=False)
 
@@ -250,6 +253,8 @@ class LatencyModel:
         spec = self._specs.get(key)
         if spec is None:
             entry = self.table.models.get(key)
+            if (entry is None or "spec" not in entry) and self.table.base is not None:
+                entry = self.table.base.models.get(key)
             if entry is not None and "spec" in entry:
                 spec = OpSpec.from_dict(entry["spec"])
                 self._specs[key] = spec
@@ -492,10 +497,22 @@ class LatencyModel:
         too few calibration models), and, where the device measured validation models,
         the predictions' error on them (``stored_validation``). The last ``lut
         validate`` result is in the table's metadata (``validation``)."""
+        warnings = list(self.table.meta.get("import_warnings", []))
+        if self.table.base is not None:
+            transfer = self.transfer()
+            return {
+                "calibration": {
+                    **transfer_summary(transfer),
+                    "models": len(self.calibration_samples()),
+                    "cv_mape": {f"loo {k}": v for k, v in transfer.loo_mape.items()},
+                },
+                "warnings": warnings,
+                "stored_validation": self.stored_validation(),
+                "validation": self.table.meta.get("validation"),
+            }
         if self.method is None:
             self.choose_calibration()
         samples = len(self.calibration_samples())
-        warnings = list(self.table.meta.get("import_warnings", []))
         rows = len(self.table.whole_models("calibration"))
         if rows and samples < MIN_CALIBRATION_MODELS:
             warnings.append(
@@ -533,8 +550,47 @@ class LatencyModel:
         )
         return latency + self.correction.delta_ms(specs) if self.correction else latency
 
+    def transfer(self) -> Transfer:
+        """A few-shot table's transfer from its base device (``_transfer``), fitted the
+        first time it is asked."""
+        if self.table.base is None:
+            raise ValueError(f"table {self.table.name!r} is not a few-shot table")
+        if self._transfer is None:
+            base = LatencyModel(self.table.base, calibrate=self.calibrate, correct=self.correct)
+            base._specs = self._specs
+            ops = [
+                (spec, self._op_ms(row))
+                for row in self.table.ops()
+                if row.status == "ok" and (spec := self.spec_of(row.key)) is not None
+            ]
+            whole = [(s.specs, s.measured_ms) for s in self.calibration_samples()]
+            self._transfer = fit_transfer(base, ops, self.table.overhead_ms, whole)
+        return self._transfer
+
+    def _predict_transferred(self, specs: list[OpSpec]) -> LatencyEstimate:
+        transfer = self.transfer()
+        native = [s.dense if s.sparsity else s for s in specs]
+        costs = []
+        for spec in native:
+            ms, source = transfer.op_ms(spec)
+            costs.append(OpCost(spec.key, spec.kind, ms, source))
+        latency = transfer.predict_ms(native)
+        coverage = {"table": 0, "fallback": 0, "offload": 0, "sparse_as_dense": 0, "transfer": 0}
+        for c in costs:
+            coverage[c.source] += 1
+        coverage["sparse_as_dense"] = sum(s.sparsity > 0 for s in specs)
+        return LatencyEstimate(
+            latency_ms=latency,
+            sum_ms=sum(c.latency_ms for c in costs) + self.table.overhead_ms,
+            ops=tuple(costs),
+            coverage=coverage,
+            energy_mj=self._energy([], latency),
+        )
+
     def predict_ops(self, specs: list[OpSpec]) -> LatencyEstimate:
         """Predict the latency of a model that runs ``specs``."""
+        if self.table.base is not None:
+            return self._predict_transferred(specs)
         if self.calibrate and self.method is None:
             self.choose_calibration()
         costs = [self.op_cost(s) for s in specs]

@@ -121,6 +121,9 @@ class DeviceTable:
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per-node kernel times (ONNX Runtime profiler) of calibration models, by key
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: a few-shot table's base: the full table of another device its ops are
+    #: transferred from (``few_shot_from`` in the metadata)
+    base: DeviceTable | None = None
     _by_key: dict[str, Row] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -385,6 +388,11 @@ class DeviceStore:
             for entry in json.loads(file.read_text()):
                 table.models[entry["key"]] = entry
         table.profiles = read_profiles(profiles_path(path))
+        base = table.meta.get("few_shot_from")
+        if base:
+            if base == name:
+                raise TableError(f"device table {name!r} names itself as its few-shot base")
+            table.base = self.load(base)
         return table
 
     def import_table(
@@ -396,6 +404,7 @@ class DeviceStore:
         manifest: dict[str, Any] | None = None,
         merge: bool = False,
         allow_degraded: bool = False,
+        few_shot_from: str | None = None,
     ) -> DeviceTable:
         """Validate ``path`` and store it as ``name``.
 
@@ -418,9 +427,16 @@ class DeviceStore:
                 whole-model latency.
             merge: keep a stored table's rows that ``path`` does not replace.
             allow_degraded: store a table missing what its rows need, with warnings.
+            few_shot_from: a stored device whose full table predicts the ops this
+                (few-shot) table did not measure (``frontier lut ops --few-shot``).
         """
         path = Path(path)
         table = read_table(path, name=name)
+        if few_shot_from is not None and not self.has(few_shot_from):
+            raise TableError(
+                f"few-shot base {few_shot_from!r} is not a stored device table; known: "
+                f"{self.names() or 'none'}"
+            )
         manifest = manifest if manifest is not None else _read_manifest_beside(path)
         losses = _import_losses(path, table, manifest)
         if losses and not allow_degraded:
@@ -432,6 +448,8 @@ class DeviceStore:
             )
         warnings = [*losses, *_calibration_warnings(table)]
         added = meta.to_dict() if meta is not None else {}
+        if few_shot_from is not None:
+            added["few_shot_from"] = few_shot_from
         merged_meta = {**table.meta, **added, "device": name}
         rows = table.rows
         if merge and self.has(name):

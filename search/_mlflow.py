@@ -218,6 +218,12 @@ class MlflowCallback(Callback):
         )
         self.tracker.log_text(parent, cfg.model_dump_json(indent=2), "config.json")
         self.tracker.log_text(parent, evaluation.space.describe(), "space.txt")
+        # how each device's table predicts: calibration, its warnings, validation error
+        quality = {
+            name: {"content_hash": evaluation.tables[name].content_hash, **lm.quality()}
+            for name, lm in evaluation.context.latency.items()
+        }
+        self.tracker.log_text(parent, json.dumps(quality, indent=2), "device_tables.json")
         return parent
 
     def _rung_tags(self, search: Search, rec: TrialRecord) -> dict[str, str]:

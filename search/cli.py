@@ -125,11 +125,16 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
             calibration=args.calibration,
             calibration_data=task.calibration_batches(),
             name=config.name,
+            few_shot=args.few_shot,
         )
     calibration = sum(m["kind"] == "calibration" for m in manifest["models"])
+    ops = f"{manifest['op_count']} ops"
+    if args.few_shot:
+        ops = f"{manifest['op_count']} of the space's {manifest['space_op_count']} ops (few-shot)"
     print(
-        f"wrote {args.out}: {manifest['op_count']} ops, {calibration} calibration and "
-        f"{args.validation} validation models (bundle {manifest['bundle_id']})"
+        f"wrote {args.out}: {ops}, {calibration} calibration and "
+        f"{args.validation} validation models (bundle {manifest['bundle_id']}, "
+        f"{Path(args.out).stat().st_size / 2**20:.1f} MiB)"
     )
     return 0
 
@@ -163,6 +168,7 @@ def cmd_lut_import(args: argparse.Namespace) -> int:
         manifest=manifest,
         merge=args.merge,
         allow_degraded=args.allow_degraded,
+        few_shot_from=args.few_shot_from,
     )
     s = table.summary()
     quality = LatencyModel(table).quality()
@@ -547,6 +553,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="whole models for calibration (default: 200 for a model of at most 10 M MACs, "
         "which measure in seconds, else 60)",
     )
+    e.add_argument(
+        "--few-shot",
+        type=int,
+        metavar="N",
+        help="only N of the space's ops (every kind, small to large) and 10 calibration "
+        "models unless --calibration: a new device's table predicted through a stored "
+        "device's full one (lut import --few-shot-from)",
+    )
     e.set_defaults(func=cmd_lut_ops)
 
     e = lsub.add_parser("measure", help="measure a bundle on this device (the device runner)")
@@ -561,6 +575,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--transfer-gbps", type=float, help="bandwidth to the offload device")
     e.add_argument("--unsupported", nargs="*", default=[], help="op kinds the device cannot run")
     e.add_argument("--merge", action="store_true", help="add to the stored table")
+    e.add_argument(
+        "--few-shot-from",
+        metavar="DEVICE",
+        help="a few-shot table (lut ops --few-shot): the stored device whose full table "
+        "predicts the ops it did not measure",
+    )
     e.add_argument(
         "--allow-degraded",
         action="store_true",

@@ -60,6 +60,15 @@ def test_multi_device_one_search_a_front_per_device(
         "local-cpu-2t",
     ]
     capsys.readouterr()
+    # the parent run says how each device's table predicts
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    local = client.download_artifacts(result.mlflow_run_id, "device_tables.json", str(tmp_path))
+    quality = json.loads(Path(local).read_text())
+    assert set(quality) == {"local-cpu", "local-cpu-2t"}
+    for device in quality.values():
+        assert device["calibration"]["models"] >= 8 and device["warnings"] == []
     for device in ("local-cpu", "local-cpu-2t"):
         metric = f"latency_ms@{device}"
         args = ["pareto", "--objectives", f"accuracy,{metric}", "--format", "json"]

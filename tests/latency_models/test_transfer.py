@@ -1,0 +1,105 @@
+"""Few-shot tables: a subset of ops and a few whole models, predicted through a full
+table of another device."""
+
+import csv
+import shutil
+
+import pytest
+
+from frontier.latency_models import LatencyModel, TableError, write_bundle
+from frontier.latency_models._transfer import few_shot_ops
+from frontier.latency_models.runner import manifest_path
+
+
+def test_few_shot_ops_cover_every_kind_from_small_to_large(ops) -> None:
+    picked = few_shot_ops(ops.ops, 8)
+    kinds = {f"{s.kind}/{s.precision}" for s in ops.ops}
+    assert len(picked) == min(8, len(ops.ops))
+    assert len({s.key for s in picked}) == len(picked)
+    if len(kinds) <= 8:
+        assert {f"{s.kind}/{s.precision}" for s in picked} == kinds
+    # within the largest kind, the smallest and the largest op are both measured
+    largest = max(kinds, key=lambda k: sum(f"{s.kind}/{s.precision}" == k for s in ops.ops))
+    members = sorted(
+        (s for s in ops.ops if f"{s.kind}/{s.precision}" == largest),
+        key=lambda s: (s.macs, s.bytes_moved, s.key),
+    )
+    chosen = {s.key for s in picked}
+    assert members[0].key in chosen and members[-1].key in chosen
+    with pytest.raises(ValueError, match="at least 1"):
+        few_shot_ops(ops.ops, 0)
+
+
+def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: set[str]):
+    """The measured table as another device would measure it: op times through
+    ``op_law``, whole models ``whole_factor`` times slower, only ``keep_ops`` of the ops."""
+    out, _ = measured
+    rows = list(csv.DictReader(out.open()))
+    overhead = min(float(r["median_ms"]) for r in rows if r["kind"] == "overhead")
+    kept = []
+    for r in rows:
+        if r["kind"] == "op":
+            if r["key"] not in keep_ops:
+                continue
+            above = max(float(r["median_ms"]) - overhead, 1e-4)
+            r["median_ms"] = f"{op_law(above) + overhead:.6g}"
+        elif r["kind"] in ("calibration", "validation"):
+            r["median_ms"] = f"{float(r['median_ms']) * whole_factor:.6g}"
+        kept.append(r)
+    path = tmp_path / "new.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(kept)
+    for suffix in (".meta.json", ".manifest.json", ".profiles.jsonl"):
+        shutil.copyfile(str(out) + suffix, str(path) + suffix)
+    return path
+
+
+def test_a_few_shot_table_predicts_through_its_base(measured, ops, store, tmp_path) -> None:
+    out, manifest = measured
+    store.import_table(out, name="base")
+    keep = {s.key for s in few_shot_ops(ops.ops, 6)}
+    path = _new_device(
+        measured, tmp_path, op_law=lambda ms: 1.5 * ms, whole_factor=1.5, keep_ops=keep
+    )
+    with pytest.raises(TableError, match="not a stored device"):
+        store.import_table(path, name="new", few_shot_from="nowhere")
+    table = store.import_table(path, name="new", few_shot_from="base")
+    assert table.base is not None and table.base.name == "base"
+    lm = LatencyModel(table)
+    quality = lm.quality()
+    assert quality["calibration"]["method"].startswith("few-shot from base")
+    # every validation model the "device" measured is predicted: 1.5x the base device
+    v = quality["stored_validation"]
+    assert v["samples"] == 3 and v["within_10pct"] == 1.0
+    base = LatencyModel(store.load("base"))
+    for entry in manifest["models"]:
+        if entry["kind"] == "validation":
+            specs = [base.spec_of(k) for k in entry["op_keys"]]
+            new = lm.predict_ops(specs)
+            assert new.latency_ms == pytest.approx(1.5 * base.predict_ops(specs).latency_ms, 0.1)
+            assert new.coverage["transfer"] + new.coverage["table"] == len(specs)
+            assert new.coverage["transfer"] > 0
+
+
+def test_a_few_shot_bundle_holds_the_subset_and_its_ops_are_priced(mlp_setup, tmp_path) -> None:
+    _task, model, x, space = mlp_setup
+    path = tmp_path / "few.zip"
+    manifest = write_bundle(
+        path, model=model, example_inputs=x, space=space, few_shot=5, validation=2
+    )
+    kinds = [m["kind"] for m in manifest["models"]]
+    assert manifest["few_shot"] == 5 and manifest["op_count"] <= 5 < manifest["space_op_count"]
+    assert kinds.count("op") == manifest["op_count"] and kinds.count("calibration") == 10
+    assert any(m.get("weights") for m in manifest["models"])  # seeded, not stored
+
+
+def test_few_shot_needs_ops_shared_with_its_base(measured, store, tmp_path) -> None:
+    out, _ = measured
+    store.import_table(out, name="base")
+    path = _new_device(measured, tmp_path, op_law=lambda ms: ms, whole_factor=1.0, keep_ops=set())
+    table = store.import_table(path, name="new", few_shot_from="base")
+    with pytest.raises(ValueError, match="shares 0 measured ops"):
+        LatencyModel(table).quality()
+    assert manifest_path(path).exists()
