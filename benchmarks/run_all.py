@@ -45,6 +45,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         [],
         ["--set", "search.trials=8", "--set", "search.population=4"],
     ),
+    # few-shot tables both ways between 1 and 2 threads, and the mobilenet_v2 bundle size
+    "devices": ("bench_devices.py", [], []),
     "search": (
         "bench_search.py",
         [],
@@ -262,6 +264,23 @@ def figure_rows(figs: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 "<= 600 s",
                 c["measure_s"] <= 600,
             )
+    dev = figs.get("devices", {})
+    for direction, d in dev.get("few_shot", {}).get("directions", {}).items():
+        fs = d["few_shot"]
+        add(
+            f"few-shot table ({dev['few_shot']['few_shot_ops']} ops), {direction}: within +/-10%",
+            f"{fs['within_10pct']:.0%} (MAPE {fs['mape']:.1%}, {d['method']['method']})",
+            ">= 95%",
+            fs["within_10pct"] >= 0.95,
+        )
+    if "bundle_size" in dev:
+        b = dev["bundle_size"]
+        add(
+            "mobilenet_v2 bundle, 60 + 50 whole models",
+            f"{b['bundle_mib']:.1f} MiB",
+            "<= 64 MiB",
+            b["bundle_bytes"] <= 64 * 2**20,
+        )
     if "predict_resnet50_ms" in lat:
         ms = lat["predict_resnet50_ms"]
         add("predict one resnet50 plan, median", f"{ms:.2f} ms", "<= 5 ms", ms <= 5)

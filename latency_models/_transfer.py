@@ -5,14 +5,19 @@ Latency on two devices is strongly related op by op (HELP and LitePred transfer
 predictors on that). Here, per op kind, the new device's op time is a power law of the
 base device's, ``log t_new = a_k + b_k log t_base``, fitted on the subset both measured
 (shrunk towards one law for all kinds where a kind has few ops). A whole model is then
-predicted in one of two ways, whichever predicts the few measured whole models better
+predicted in one of three ways, whichever predicts the few measured whole models best
 (leave-one-out):
 
-- ``ratio``: the base device's calibrated prediction (which knows how ops interact in a
-  graph) times the ratio of the model's op sums on the two devices, times one scale;
+- ``scale``: the base device's calibrated prediction (which knows how ops interact in
+  a graph) times one scale;
+- ``ratio``: that prediction times the ratio of the model's op sums on the two devices
+  (so a plan heavy in the ops the new device runs relatively slower costs more), times
+  one scale;
 - ``sum``: the new device's op sum plus its overhead, times one scale.
 
-The scale is the median of measured over predicted on the few whole models.
+The scale is the median of measured over predicted on the few whole models. Where op
+timings on the new device are noisy (two threads on a busy 2-core machine here), the
+per-op laws add their noise to ``ratio`` and ``sum``, and ``scale`` wins.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ FLOOR_MS = 1e-4
 MIN_SHARED_OPS = 4
 #: Fewest whole models that choose and scale the prediction.
 MIN_WHOLE_MODELS = 3
+#: How a whole model is predicted (module docstring); ties go to the first.
+METHODS = ("scale", "ratio", "sum")
 
 
 class TransferError(ValueError):
@@ -62,7 +69,7 @@ class Transfer:
         overall: the law fitted on every kind together.
         measured: the new device's measured op times (ms above its overhead), by key.
         overhead_ms: the new device's per-run overhead.
-        method: ``ratio`` or ``sum`` (module docstring), and its ``scale``.
+        method: ``scale``, ``ratio`` or ``sum`` (module docstring), and its ``scale``.
         loo_mape: each method's leave-one-out MAPE on the whole models.
     """
 
@@ -85,6 +92,8 @@ class Transfer:
         return math.exp(a + b * math.log(base_ms)), "transfer"
 
     def unscaled(self, specs: Sequence[OpSpec], method: str) -> float:
+        if method == "scale":
+            return self.base.predict_ops(list(specs)).latency_ms
         new_sum = sum(self.op_ms(s)[0] for s in specs) + self.overhead_ms
         if method == "sum":
             return new_sum
@@ -143,7 +152,7 @@ def fit_transfer(
     )
     measured = np.array([ms for _, ms in whole])
     best: tuple[float, str, float] | None = None
-    for method in ("ratio", "sum"):
+    for method in METHODS:
         raw = np.array([transfer.unscaled(specs, method) for specs, _ in whole])
         ratios = measured / raw
         loo = [np.median(np.delete(ratios, i)) * raw[i] / measured[i] - 1 for i in range(len(raw))]

@@ -65,20 +65,24 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
                 str(table),
                 "--name",
                 "pi",
-                "--bundle",
-                str(bundle),
                 "--power-w",
                 "3.5",
             ]
         )
         == 0
     )
-    capsys.readouterr()
+    # no --bundle: the runner's files beside the CSV bring the calibration along
+    printed = capsys.readouterr()
+    assert "calibration models" in printed.out and "calibration: " in printed.out
+    assert "validation models measured on the device: 4" in printed.out
+    assert "WARNING" not in printed.err
     assert main(["lut", "list"]) == 0
     assert capsys.readouterr().out.startswith("pi ")
     assert main(["lut", "show", "pi"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["active_power_w"] == 3.5 and summary["validation_models"] == 4
+    assert summary["quality"]["calibration"]["models"] == 8
+    assert summary["quality"]["stored_validation"]["samples"] == 4
     assert isinstance(summary["slow_sessions_retimed"], int)  # the runner's count
     # which predictor prices each measured kind's missing ops, and how well
     fallbacks = summary["fallbacks"]
@@ -98,6 +102,14 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
     # the report names the calibration it used (8 calibration models: one was picked by CV)
     cal = report["calibration"]
     assert cal["method"] == min(cal["cv_mape"], key=cal["cv_mape"].get)
+    # the figures are kept with the table
+    assert main(["lut", "show", "pi"]) == 0
+    kept = json.loads(capsys.readouterr().out)["quality"]["validation"]
+    assert kept["samples"] == 4 and kept["measured"] == "table"
+    # too few calibration models are refused, with the rule
+    args = ["lut", "ops", str(config), "--out", str(tmp_path / "b.zip"), "--calibration", "4"]
+    assert main(args) == 2
+    assert "calibration must be 0 or at least 8" in capsys.readouterr().err
 
 
 def test_lut_import_rejects_bad_rows(tmp_path, capsys) -> None:
