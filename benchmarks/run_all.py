@@ -514,6 +514,66 @@ def real_scenarios_section(rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def devices_section(dev: dict[str, Any]) -> list[str]:
+    """Few-shot tables both ways and the bundle size (``devices.json``)."""
+    fs = dev.get("few_shot")
+    if not fs:
+        return []
+    rows = []
+    for direction, d in fs["directions"].items():
+        for label, key in (
+            (
+                (
+                    f"few-shot ({fs['few_shot_ops']} ops + {fs['few_shot_whole_models']} models)",
+                    "few_shot",
+                ),
+                "few_shot",
+            ),
+            ("base table as it is", "base_as_is"),
+            ("base table x one scale (same models)", "base_scaled_once"),
+            ("full table on its own device", "full_table_own_device"),
+            ("the same models in two runs", "two_runs_agree"),
+        ):
+            r = d.get(key) or {}
+            rows.append(
+                {
+                    "direction": direction,
+                    "predictor": label,
+                    "within +/-10%": r.get("within_10pct"),
+                    "MAPE": r.get("mape"),
+                    "tau": r.get("kendall_tau"),
+                }
+            )
+    lines = [
+        "### Device tables on a device nobody tuned for (`benchmarks/bench_devices.py`)",
+        "",
+        f"{fs['model']}: {fs['space_ops']} ops. Each few-shot table is measured by the "
+        "runner in its own run and predicted through the other thread count's full "
+        f"table; every row is judged on the same {fs['validation_models']} validation "
+        "models, measured in the few-shot run. Methods chosen: "
+        + "; ".join(f"{k}: {d['method']['method']}" for k, d in fs["directions"].items())
+        + ". Measuring took (s): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in fs["measure_s"].items())
+        + ".",
+        "",
+        md_table(pd.DataFrame(rows), 3),
+        "",
+    ]
+    b = dev.get("bundle_size")
+    if b:
+        lines += [
+            f"Bundle size: {b['model']}, {b['ops']} ops, {b['calibration_models']} calibration "
+            f"and {b['validation_models']} validation models: {b['bundle_mib']:.2f} MiB "
+            f"(weights drawn from seeds on the device; one whole model with its weights is "
+            f"{b['one_whole_model_with_weights_bytes'] / 2**20:.1f} MiB). Written in "
+            f"{b['write_s']:.0f} s.",
+            "",
+        ]
+    if dev.get("gpu"):
+        lines += [f"GPU: {dev['gpu']}.", ""]
+    return lines
+
+
 def write_report(
     out: Path,
     figs: dict[str, Any],
@@ -643,6 +703,7 @@ def write_report(
         ]
     lines += ["## Scenarios", ""]
     lines += real_scenarios_section(figs.get("scenarios", {}).get("rows", []))
+    lines += devices_section(figs.get("devices", {}))
     for name, s in scenarios.items():
         if "error" in s:
             lines += [f"### {name}", "", f"FAILED: {s['error']}", ""]

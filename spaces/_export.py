@@ -284,6 +284,24 @@ def fp32_nodes(proto: Any, int8_layers: set[str]) -> list[str]:
     return exclude
 
 
+@functools.cache
+def saturating_int8_cpu() -> bool:
+    """Whether this is an x86 CPU without VNNI, whose INT8 kernels (AVX2 ``vpmaddubsw``)
+    add pairs of u8 x s8 products in saturating 16 bits. ONNX Runtime then needs 7-bit
+    weights (``reduce_range``) to compute what the model says: with full 8-bit weights
+    a digits CNN's INT8 export agreed with its simulation on 89% of test images on an
+    AVX2-only AMD EPYC, against 98% or more where VNNI runs it."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "vnni" not in flags
+
+
 def quantize_onnx_int8(
     src: str | Path,
     dst: str | Path,
@@ -322,6 +340,7 @@ def quantize_onnx_int8(
         Reader(),
         quant_format=QuantFormat.QOperator,
         per_channel=True,
+        reduce_range=saturating_int8_cpu(),
         weight_type=QuantType.QInt8,
         activation_type=QuantType.QUInt8,
         nodes_to_exclude=list(exclude),

@@ -39,6 +39,10 @@ def _tiny_search(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **o
             "search.trials": 8,
             "search.population": 4,
             "search.fidelity.rungs": ["proxy", "short"],
+            # local tables of 20 calibration models, each model timed briefly: the
+            # default 200 took 2 and 5 minutes (1 and 2 threads) on a 2-core CI machine
+            "local_table.calibration": 20,
+            "local_table.time_cap_s": 0.05,
             **overrides,
         }
     )
