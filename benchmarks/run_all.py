@@ -523,10 +523,7 @@ def devices_section(dev: dict[str, Any]) -> list[str]:
     for direction, d in fs["directions"].items():
         for label, key in (
             (
-                (
-                    f"few-shot ({fs['few_shot_ops']} ops + {fs['few_shot_whole_models']} models)",
-                    "few_shot",
-                ),
+                f"few-shot ({fs['few_shot_ops']} ops + {fs['few_shot_whole_models']} models)",
                 "few_shot",
             ),
             ("base table as it is", "base_as_is"),
