@@ -500,35 +500,40 @@ class LatencyModel:
         warnings = list(self.table.meta.get("import_warnings", []))
         if self.table.base is not None:
             transfer = self.transfer()
-            return {
-                "calibration": {
-                    **transfer_summary(transfer),
-                    "models": len(self.calibration_samples()),
-                    "cv_mape": {f"loo {k}": v for k, v in transfer.loo_mape.items()},
-                },
-                "warnings": warnings,
-                "stored_validation": self.stored_validation(),
-                "validation": self.table.meta.get("validation"),
+            calibration = {
+                **transfer_summary(transfer),
+                "models": len(self.calibration_samples()),
+                "cv_mape": {f"loo {k}": v for k, v in transfer.loo_mape.items()},
             }
-        if self.method is None:
-            self.choose_calibration()
-        samples = len(self.calibration_samples())
-        rows = len(self.table.whole_models("calibration"))
-        if rows and samples < MIN_CALIBRATION_MODELS:
-            warnings.append(
-                f"{samples} of {rows} calibration models usable (at least "
-                f"{MIN_CALIBRATION_MODELS} needed): predictions are the plain sum of ops"
-            )
-        return {
-            "calibration": {
+        else:
+            if self.method is None:
+                self.choose_calibration()
+            samples = len(self.calibration_samples())
+            rows = len(self.table.whole_models("calibration"))
+            if rows and samples < MIN_CALIBRATION_MODELS:
+                warnings.append(
+                    f"{samples} of {rows} calibration models usable (at least "
+                    f"{MIN_CALIBRATION_MODELS} needed): predictions are the plain sum of ops"
+                )
+            calibration = {
                 "method": self.method,
                 "models": samples,
                 "cv_mape": {k: round(v, 4) for k, v in self.method_cv.items()},
-            },
+            }
+        return {
+            "calibration": calibration,
             "warnings": list(dict.fromkeys(warnings)),
             "stored_validation": self.stored_validation(),
             "validation": self.table.meta.get("validation"),
         }
+
+    @property
+    def calibration_method(self) -> str:
+        """The calibration in use (``method``), or a few-shot table's transfer; "none"
+        before the first prediction."""
+        if self.table.base is not None:
+            return str(transfer_summary(self.transfer())["method"])
+        return self.method or "none"
 
     def stored_validation(self) -> dict[str, Any] | None:
         """Predictions against the validation models the device measured (from the

@@ -425,9 +425,7 @@ def validate(
         rows=rows,
         measured="table" if use_table else "local",
         calibration={
-            "method": latency.quality()["calibration"]["method"]
-            if latency.table.base is not None
-            else latency.method or "none",
+            "method": latency.calibration_method,
             "weights": dict(latency.weights),
             "cv_mape": {k: round(v, 4) for k, v in latency.method_cv.items()},
             "correction": (
