@@ -94,6 +94,52 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sensitivity(args: argparse.Namespace) -> int:
+    import csv
+
+    from frontier.experiments import cache_dir
+
+    from ._evaluation import Evaluation
+    from ._sensitivity import plot, sensitivity
+
+    config = _load(args.config).override({"search.seed": args.seed})
+    evaluation = Evaluation(config)
+    if args.rung not in evaluation.rungs:
+        raise UsageError(f"--rung must be one of the config's rungs {evaluation.rungs}")
+    rung = evaluation.rungs.index(args.rung)
+
+    def progress(done: int, total: int, seconds: float) -> None:
+        if done == total or done % 10 == 0:
+            print(f"sensitivity: {done}/{total} plans ({seconds:.0f} s)", file=sys.stderr)
+
+    rows = sensitivity(
+        evaluation,
+        rung=rung,
+        cache=cache_dir() / f"sensitivity-{config.name}.json",
+        progress=progress,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "sensitivity.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    metric = "accuracy" if "accuracy" in evaluation.metrics else evaluation.metrics[0]
+    plot(rows, out / "sensitivity.png", metric=metric)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    import pandas as pd
+
+    frame = pd.DataFrame(rows[1:]).sort_values(f"{metric}_delta", ascending=False)
+    shown = ["dimension", "choice", metric, f"{metric}_delta"]
+    shown += [f"{m}_delta" for m in evaluation.metrics if m != metric]
+    print(f"uncompressed at the {args.rung} rung: {metric} {rows[0][metric]:.4f}")
+    print(frame[shown].to_string(index=False))
+    print(f"wrote {out / 'sensitivity.csv'} and {out / 'sensitivity.png'}")
+    return 0
+
+
 def cmd_experiments_list(args: argparse.Namespace) -> int:
     from frontier.experiments import builtin_configs
 
@@ -527,6 +573,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="a config file, or a built-in experiment name")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_space)
+
+    p = sub.add_parser(
+        "sensitivity",
+        help="each layer's compression choices one at a time: which layers can be squeezed",
+    )
+    p.add_argument("config", help="a config file, or a built-in experiment name")
+    p.add_argument(
+        "--rung", default="short", help="the rung to score at (default short, the cheap one)"
+    )
+    p.add_argument("--seed", type=int, help="override search.seed")
+    p.add_argument("--out", default="sensitivity", help="directory for the CSV and PNG")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_sensitivity)
 
     p = sub.add_parser(
         "plan", help="apply one plan (seeded random, or from JSON) and report its cost"

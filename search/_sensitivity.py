@@ -1,0 +1,153 @@
+"""Per-layer sensitivity: each layer's (or group's) compression choices one at a time.
+
+Every per-layer choice of the space (a prune ratio of one group, the weight or
+activation bits of one layer) is applied alone, every other layer left uncompressed,
+and the plan is scored at the cheap rung on every metric of the config. The drop in
+accuracy beside the saving in size, MACs and latency says which layers can be squeezed
+and which cannot. Results are cached by what determines them (task, space, rung
+settings, seed, device tables), so a second call, or a resumed search, measures nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Per-layer dimensions, by name prefix, and their uncompressed choice.
+PER_LAYER = {"prune.": min, "wbits.": max, "abits.": max}
+
+
+class _Fixed:
+    """A stand-in for an Optuna trial that answers each dimension with ``choices``'
+    uncompressed value, except the one dimension ``name`` set to ``value``."""
+
+    def __init__(self, name: str = "", value: Any = None) -> None:
+        self.name, self.value = name, value
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        if name == self.name:
+            return self.value
+        for prefix, pick in PER_LAYER.items():
+            if name.startswith(prefix):
+                return pick(choices)
+        if name == "student" and "none" in choices:
+            return "none"
+        return choices[0]  # distillation and other whole-model choices: the first
+
+
+def choices(space: Any) -> list[tuple[str, Any]]:
+    """``(dimension, choice)`` of every per-layer compression choice of ``space``: each
+    choice of each per-layer dimension but its uncompressed one."""
+    out = []
+    for dim in space.dimensions():
+        pick = next((p for prefix, p in PER_LAYER.items() if dim.name.startswith(prefix)), None)
+        if pick is None or "/" in dim.name:  # a student's own layers: not the model's
+            continue
+        default = pick(dim.choices)
+        out += [(dim.name, c) for c in dim.choices if c != default]
+    return out
+
+
+def cache_key(evaluation: Any, rung: int) -> str:
+    """What the sensitivities depend on, hashed."""
+    config = json.loads(evaluation.config.model_dump_json())
+    data = {
+        **{k: config.get(k) for k in ("task", "space", "objectives")},
+        "metrics": list(evaluation.metrics),
+        "rung": evaluation.rungs[rung],
+        "seed": evaluation.config.search.seed,
+        "tables": {n: t.content_hash for n, t in evaluation.tables.items()},
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sensitivity(
+    evaluation: Any,
+    *,
+    rung: int = 0,
+    cache: Path | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Score every per-layer choice alone (``choices``) at ``rung``.
+
+    Args:
+        evaluation: the search's ``Evaluation`` (task, space, evaluators, tables).
+        rung: the fidelity rung to score at (0: the cheapest).
+        cache: a JSON file holding results by ``cache_key``; read, and written.
+        progress: called with (done, total, seconds) after each plan.
+
+    Returns:
+        One row per choice: ``dimension``, ``layer``, ``choice``, every metric's value,
+        and ``<metric>_delta`` (value minus the uncompressed model's at the same rung);
+        the first row is the uncompressed model (``dimension`` "none").
+    """
+    key = cache_key(evaluation, rung)
+    stored = _read(cache)
+    if key in stored:
+        return list(stored[key]["rows"])
+    space = evaluation.space
+    todo = [("none", None), *choices(space)]
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for i, (name, value) in enumerate(todo):
+        plan = space.suggest(_Fixed(name, value))
+        values = evaluation.evaluate(plan, rung).values
+        rows.append(
+            {
+                "dimension": name,
+                "layer": name.split(".", 1)[1] if "." in name else "",
+                "choice": value,
+                **values,
+            }
+        )
+        if progress is not None:
+            progress(i + 1, len(todo), time.perf_counter() - start)
+    base = rows[0]
+    for row in rows:
+        for metric in evaluation.metrics:
+            row[f"{metric}_delta"] = row[metric] - base[metric]
+    if cache is not None:
+        stored[key] = {"rung": evaluation.rungs[rung], "rows": rows}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(stored, indent=1))
+    return rows
+
+
+def _read(cache: Path | None) -> dict[str, Any]:
+    if cache is None or not cache.exists():
+        return {}
+    try:
+        data = json.loads(cache.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        print(f"frontier: {cache} is not valid JSON; measuring again", file=sys.stderr)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def plot(rows: list[dict[str, Any]], path: Path, *, metric: str = "accuracy") -> Path:
+    """A bar per choice: the change of ``metric`` it brings alone, grouped by layer, so
+    a reader sees which layers take which compression without loss."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows[1:] if f"{metric}_delta" in r]
+    labels = [f"{r['dimension']}={r['choice']}" for r in shown]
+    deltas = [r[f"{metric}_delta"] for r in shown]
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.22 * len(shown) + 1)))
+    ax.barh(range(len(shown)), deltas, color=["C3" if d < 0 else "C2" for d in deltas])
+    ax.set_yticks(range(len(shown)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel(f"change of {metric} with this choice alone")
+    ax.set_title("per-layer sensitivity (every other layer uncompressed)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

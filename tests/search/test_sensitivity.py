@@ -1,0 +1,51 @@
+"""Per-layer sensitivity: each per-layer choice alone, scored, cached, shown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from frontier.search.cli import main
+
+
+def test_every_per_layer_choice_is_scored_alone_and_cached(write_config, workdir, capsys) -> None:
+    from frontier.search import load_config
+    from frontier.search._evaluation import Evaluation
+    from frontier.search._sensitivity import choices, sensitivity
+
+    evaluation = Evaluation(load_config(write_config()))
+    wanted = choices(evaluation.space)
+    # prune ratios 0.5 and 0.75 per group, weight bits 4 and 8 per layer; no act bits (32)
+    groups, layers = len(evaluation.space.groups), len(evaluation.space.layers)
+    assert len(wanted) == 2 * groups + 2 * layers
+    cache = workdir / "sens.json"
+    rows = sensitivity(evaluation, rung=1, cache=cache)
+    assert rows[0]["dimension"] == "none" and rows[0]["size_bytes_delta"] == 0
+    assert [(r["dimension"], r["choice"]) for r in rows[1:]] == wanted
+    for row in rows[1:]:
+        # one layer compressed: smaller than the uncompressed model, and scored
+        assert row["size_bytes_delta"] < 0 and 0 <= row["accuracy"] <= 1
+    # each layer's larger prune ratio saves more than its smaller one
+    by_choice = {(r["dimension"], r["choice"]): r["size_bytes"] for r in rows}
+    for g in evaluation.space.groups:
+        assert by_choice[(f"prune.{g.name}", 0.75)] < by_choice[(f"prune.{g.name}", 0.5)]
+    # cached: a second call measures nothing
+    evaluation.evaluate = None  # would raise if called
+    assert sensitivity(evaluation, rung=1, cache=cache) == json.loads(json.dumps(rows))
+
+
+def test_cli_writes_the_table_and_plot(write_config, workdir, capsys) -> None:
+    path = write_config()
+    assert main(["sensitivity", str(path), "--out", str(workdir / "s")]) == 0
+    out = capsys.readouterr().out
+    assert "uncompressed at the short rung: accuracy" in out
+    assert (workdir / "s" / "sensitivity.csv").exists()
+    assert (workdir / "s" / "sensitivity.png").stat().st_size > 1000
+    assert main(["sensitivity", str(path), "--rung", "full"]) == 2
+    assert "--rung must be one of the config's rungs ['proxy', 'short']" in capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def _cache(workdir, monkeypatch) -> None:
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(workdir / "cache"))
