@@ -177,6 +177,9 @@ class SearchSection(_Section):
     seed: int = 0
     population: int = Field(default=20, ge=2)
     anchors: bool = True
+    #: measure per-layer sensitivity (``frontier sensitivity``) first, cached, and
+    #: record it in MLflow (``sensitivity.json``, ``sensitivity.png``)
+    sensitivity: bool = False
     fidelity: FidelitySection = Field(default_factory=FidelitySection)
 
     @field_validator("sampler")

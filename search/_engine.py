@@ -99,6 +99,8 @@ class Search:
         self.constraints = self.config.parsed_constraints()
         #: numbers that describe the whole search, logged at its end
         self.summary: dict[str, float] = {}
+        #: per-layer sensitivity rows (``search.sensitivity``), else empty
+        self.sensitivity: list[dict[str, Any]] = []
         #: wall seconds of the search loop, and of the evaluations inside it (for
         #: workers: their own time); the difference is the engine's overhead
         self.loop_s = 0.0
@@ -149,6 +151,25 @@ class Search:
         self.front = Front(self.records, self.objectives, self.constraints)
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
 
+    def _sensitivity(self) -> None:
+        """Per-layer sensitivity at the first rung, cached (a resumed search reads it)."""
+        from frontier.experiments import cache_dir
+
+        from ._sensitivity import sensitivity
+
+        def progress(done: int, total: int, seconds: float) -> None:
+            if done == total or done % 20 == 0:
+                print(f"frontier: sensitivity {done}/{total} ({seconds:.0f} s)", file=sys.stderr)
+
+        start = time.perf_counter()
+        self.sensitivity = sensitivity(
+            self.evaluation,
+            rung=0,
+            cache=cache_dir() / f"sensitivity-{self.config.name}.json",
+            progress=progress,
+        )
+        self.summary["sensitivity_s"] = time.perf_counter() - start
+
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> SearchResult:
         """Run the search to its trial budget; returns its result."""
@@ -169,6 +190,8 @@ class Search:
                 f"({backend.slots} at a time), MLflow at {cfg.tracking.uri}",
                 file=sys.stderr,
             )
+            if cfg.search.sensitivity:
+                self._sensitivity()
             self._notify("on_start")
             self.study_store.flush()
             status = "FAILED"

@@ -224,7 +224,22 @@ class MlflowCallback(Callback):
             for name, lm in evaluation.context.latency.items()
         }
         self.tracker.log_text(parent, json.dumps(quality, indent=2), "device_tables.json")
+        if search.sensitivity:
+            self._log_sensitivity(search, parent)
         return parent
+
+    def _log_sensitivity(self, search: Search, parent: str) -> None:
+        import tempfile
+        from pathlib import Path
+
+        from ._sensitivity import plot
+
+        rows = search.sensitivity
+        self.tracker.log_text(parent, json.dumps(rows, indent=1), "sensitivity.json")
+        metric = "accuracy" if "accuracy" in rows[0] else search.evaluation.metrics[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = plot(rows, Path(tmp) / "sensitivity.png", metric=metric)
+            self.tracker.log_artifact_files(parent, [path])
 
     def _rung_tags(self, search: Search, rec: TrialRecord) -> dict[str, str]:
         return {

@@ -49,3 +49,28 @@ def test_cli_writes_the_table_and_plot(write_config, workdir, capsys) -> None:
 @pytest.fixture(autouse=True)
 def _cache(workdir, monkeypatch) -> None:
     monkeypatch.setenv("FRONTIER_CACHE_DIR", str(workdir / "cache"))
+
+
+def test_a_search_records_its_sensitivity_and_a_resume_reuses_it(write_config, workdir) -> None:
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    from frontier.search import run
+
+    path = write_config(search={"sensitivity": True, "trials": 4})
+    result = run(path, progress=False)
+    client = MlflowClient(tracking_uri=f"sqlite:///{Path.cwd() / 'mlflow.db'}")
+    names = {a.path for a in client.list_artifacts(result.mlflow_run_id)}
+    assert {"sensitivity.json", "sensitivity.png"} <= names
+    local = client.download_artifacts(result.mlflow_run_id, "sensitivity.json", str(workdir))
+    rows = json.loads(Path(local).read_text())
+    assert rows[0]["dimension"] == "none" and len(rows) > 1
+    first_s = client.get_run(result.mlflow_run_id).data.metrics["sensitivity_s"]
+    cache = workdir / "cache" / "sensitivity-tiny.json"
+    stamp = cache.stat().st_mtime_ns
+    again = run(
+        write_config(search={"sensitivity": True, "trials": 8}), progress=False, resume=True
+    )
+    assert cache.stat().st_mtime_ns == stamp  # read, not measured again
+    assert client.get_run(again.mlflow_run_id).data.metrics["sensitivity_s"] < first_s
