@@ -10,9 +10,8 @@ from frontier.search.cli import main
 
 
 def test_every_per_layer_choice_is_scored_alone_and_cached(write_config, workdir, capsys) -> None:
-    from frontier.search import load_config
-    from frontier.search._evaluation import Evaluation
-    from frontier.search._sensitivity import choices, sensitivity
+    from frontier.search import Evaluation, load_config, sensitivity
+    from frontier.search._sensitivity import choices
 
     evaluation = Evaluation(load_config(write_config()))
     wanted = choices(evaluation.space)
