@@ -105,6 +105,8 @@ class Search:
         #: workers: their own time); the difference is the engine's overhead
         self.loop_s = 0.0
         self.eval_s = 0.0
+        #: seconds of each evaluation this process finished, by rung
+        self.rung_s: dict[int, list[float]] = {}
         self.generation = 0
         self._exhausted = False
         self._held: StudyStore | None = None  # the storage whose lock this search holds
@@ -211,6 +213,7 @@ class Search:
                     search_loop_s=self.loop_s,
                     evaluation_s=self.eval_s,
                     failed_trials=sum(1 for r in self.records.values() if r.state == "failed"),
+                    **promotion_savings(self.rung_s),
                 )
                 self._notify("on_finish", status)
         finally:
@@ -272,6 +275,7 @@ class Search:
             )
         else:
             self.eval_s += getattr(outcome, "wall_s", 0.0)
+            self.rung_s.setdefault(0, []).append(getattr(outcome, "wall_s", 0.0))
         self.records[rec.number] = rec
         self.front.changed()
         self._notify("on_trial", rec)
@@ -289,6 +293,7 @@ class Search:
         else:
             rec.rungs[rung] = dict(outcome.values)
             self.eval_s += outcome.wall_s
+            self.rung_s.setdefault(rung, []).append(outcome.wall_s)
         self.front.changed()
         self.study_store.save_rungs(self.study, rec)
         self._notify("on_promotion", rec, rung)
@@ -325,6 +330,21 @@ class Search:
             hypervolume=self.hypervolume,
             trials=self.trials_frame(),
         )
+
+
+def promotion_savings(rung_s: dict[int, list[float]]) -> dict[str, float]:
+    """What multi-fidelity promotion saved, from the seconds of each evaluation by rung:
+    ``top_rung_only_s`` estimates scoring every trial at the highest rung reached (the
+    trials times that rung's mean evaluation), ``promotion_saved_s`` is that minus what
+    all evaluations took. Empty with one rung, or when no trial went up."""
+    top = max(rung_s, default=0)
+    if top == 0 or not rung_s.get(0) or not rung_s[top]:
+        return {}
+    trials = len(rung_s[0])
+    estimate = trials * sum(rung_s[top]) / len(rung_s[top])
+    spent = sum(sum(v) for v in rung_s.values())
+    out = {f"rung{r}_evaluations": float(len(v)) for r, v in sorted(rung_s.items())}
+    return {**out, "top_rung_only_s": estimate, "promotion_saved_s": estimate - spent}
 
 
 def run(

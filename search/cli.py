@@ -349,6 +349,16 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
         "--export picked/"
     )
+    saved = search.summary
+    if "promotion_saved_s" in saved:
+        top = max(search.rung_s)
+        print(
+            f"promotion: {saved['rung0_evaluations']:.0f} trials, "
+            f"{saved[f'rung{top}_evaluations']:.0f} measured at the {search.evaluation.rungs[top]} "
+            f"rung; every trial there would have taken about {saved['top_rung_only_s']:.0f} s "
+            f"of evaluation, this search's took {saved['evaluation_s']:.0f} s "
+            f"(saved about {saved['promotion_saved_s']:.0f} s)"
+        )
     miss = search.closest_miss()
     if miss:
         print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")

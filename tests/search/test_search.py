@@ -167,7 +167,9 @@ def test_cli_search_pareto_pick_round_trip(write_config, workdir: Path, capsys) 
         search={"fidelity": {"rungs": ["short", "full"], "promote": 0.5}},
     )
     assert main(["search", str(path), "--no-progress"]) == 0
-    capsys.readouterr()
+    # what promotion saved: 12 trials at the short rung, a few measured at the full one
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("promotion:"))
+    assert line.startswith("promotion: 12 trials, ") and "at the full rung" in line
     assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
     front = json.loads(capsys.readouterr().out)
     assert front and all(row["size_bytes"] <= 30000 for row in front)
@@ -384,3 +386,14 @@ def test_without_a_terminal_a_line_per_generation(write_config, capsys) -> None:
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("frontier: generation ")]
     assert len(lines) >= 3 and "12/12 trials" in lines[-1] and "HV" in lines[-1]
+
+
+def test_promotion_savings_estimate_the_top_rung_for_every_trial() -> None:
+    from frontier.search._engine import promotion_savings
+
+    # 10 trials at 1 s on the cheap rung, 2 promoted at 20 s each to the top rung
+    saved = promotion_savings({0: [1.0] * 10, 1: [20.0, 20.0]})
+    assert saved["top_rung_only_s"] == 200.0  # every trial at the top rung
+    assert saved["promotion_saved_s"] == 200.0 - 50.0
+    assert saved["rung0_evaluations"] == 10 and saved["rung1_evaluations"] == 2
+    assert promotion_savings({0: [1.0] * 10}) == {}  # nothing went up: nothing to say
