@@ -376,7 +376,9 @@ class DeviceStore:
     def has(self, name: str) -> bool:
         return (self._dir(name) / "table.csv").exists()
 
-    def load(self, name: str) -> DeviceTable:
+    def load(self, name: str, *, _within: tuple[str, ...] = ()) -> DeviceTable:
+        """The stored table ``name`` with its bundle entries, profiles and, for a few-shot
+        table, its base table (``base``)."""
         path = self._dir(name) / "table.csv"
         if not path.exists():
             raise TableError(
@@ -390,9 +392,14 @@ class DeviceStore:
         table.profiles = read_profiles(profiles_path(path))
         base = table.meta.get("few_shot_from")
         if base:
-            if base == name:
-                raise TableError(f"device table {name!r} names itself as its few-shot base")
-            table.base = self.load(base)
+            chain = (*_within, name)
+            if base in chain:
+                raise TableError(
+                    f"device table {name!r}: its few-shot base {base!r} leads back to itself "
+                    f"({' -> '.join((*chain, base))}); import one of them again without "
+                    "--few-shot-from"
+                )
+            table.base = self.load(base, _within=chain)
         return table
 
     def import_table(
@@ -436,6 +443,12 @@ class DeviceStore:
             raise TableError(
                 f"few-shot base {few_shot_from!r} is not a stored device table; known: "
                 f"{self.names() or 'none'}"
+            )
+        if few_shot_from is not None and name in self._bases(few_shot_from):
+            raise TableError(
+                f"{name!r} cannot be predicted through {few_shot_from!r}: "
+                f"{few_shot_from!r} is predicted through {name!r} "
+                f"({' -> '.join(self._bases(few_shot_from))})"
             )
         manifest = manifest if manifest is not None else _read_manifest_beside(path)
         losses = _import_losses(path, table, manifest)
@@ -491,6 +504,16 @@ class DeviceStore:
             (target / "bundles").mkdir(exist_ok=True)
             (target / "bundles" / f"{manifest['bundle_id']}.json").write_text(json.dumps(whole))
         return self.load(name)
+
+    def _bases(self, name: str) -> list[str]:
+        """``name`` and the devices its few-shot table leans on, in order."""
+        chain: list[str] = []
+        while name and name not in chain and self.has(name):
+            chain.append(name)
+            meta_path = self._dir(name) / "table.csv.meta.json"
+            meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+            name = meta.get("few_shot_from") or ""
+        return chain
 
     def record(self, name: str, **fields: Any) -> None:
         """Add ``fields`` to the stored metadata of ``name`` (``validation``, say)."""

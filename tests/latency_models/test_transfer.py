@@ -106,3 +106,14 @@ def test_few_shot_needs_ops_shared_with_its_base(measured, store, tmp_path) -> N
     with pytest.raises(ValueError, match="shares 0 measured ops"):
         LatencyModel(table).quality()
     assert manifest_path(path).exists()
+
+
+def test_a_few_shot_cycle_is_refused(measured, store, tmp_path) -> None:
+    out, _ = measured
+    store.import_table(out, name="a")
+    store.import_table(out, name="b", few_shot_from="a")
+    with pytest.raises(
+        TableError, match=r"'a' is predicted through 'b'|'b' is predicted through 'a'"
+    ):
+        store.import_table(out, name="a", few_shot_from="b")  # a would lean on b, b on a
+    assert store.load("a").base is None and store.load("b").base.name == "a"
