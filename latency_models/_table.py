@@ -27,6 +27,10 @@ KINDS = ("overhead", "op", "calibration", "validation")
 #: Fewest calibration models a table's calibration is fitted from (5-fold
 #: cross-validation picks it); with fewer a table predicts the plain sum of its ops.
 MIN_CALIBRATION_MODELS = 8
+#: Fewest measured ops a few-shot table shares with its base, and fewest whole models
+#: it holds (they choose and scale its predictions).
+MIN_SHARED_OPS = 4
+MIN_FEW_SHOT_WHOLE_MODELS = 3
 
 
 class TableError(ValueError):
@@ -444,6 +448,8 @@ class DeviceStore:
                 f"few-shot base {few_shot_from!r} is not a stored device table; known: "
                 f"{self.names() or 'none'}"
             )
+        if few_shot_from is not None:
+            _check_few_shot(path, table, self.load(few_shot_from))
         if few_shot_from is not None and name in self._bases(few_shot_from):
             raise TableError(
                 f"{name!r} cannot be predicted through {few_shot_from!r}: "
@@ -521,6 +527,23 @@ class DeviceStore:
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         meta.update(fields)
         meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def _check_few_shot(path: Path, table: DeviceTable, base: DeviceTable) -> None:
+    """A few-shot table must share enough measured ops with its base, and hold enough
+    whole models, to be predicted through it."""
+    shared = sum(
+        r.status == "ok" and (b := base.get(r.key)) is not None and b.status == "ok"
+        for r in table.ops()
+    )
+    whole = len(table.whole_models("calibration"))
+    if shared < MIN_SHARED_OPS or whole < MIN_FEW_SHOT_WHOLE_MODELS:
+        raise TableError(
+            f"{path}: shares {shared} measured ops with its base table {base.name!r} and "
+            f"holds {whole} calibration models; a few-shot table needs at least "
+            f"{MIN_SHARED_OPS} and {MIN_FEW_SHOT_WHOLE_MODELS} (write its bundle from the "
+            "same config with `frontier lut ops --few-shot N`)"
+        )
 
 
 def _read_manifest_beside(path: Path) -> dict[str, Any] | None:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._ops import OpSpec
+from ._table import MIN_FEW_SHOT_WHOLE_MODELS as MIN_WHOLE_MODELS
+from ._table import MIN_SHARED_OPS
 
 if TYPE_CHECKING:
     from ._model import LatencyModel
@@ -39,10 +41,6 @@ PRIOR_OPS = 3.0
 #: Ops faster than this (ms, above the overhead) are fitted as this: below it a kernel's
 #: time is mostly timer noise.
 FLOOR_MS = 1e-4
-#: Fewest ops a subset needs in common with the base table.
-MIN_SHARED_OPS = 4
-#: Fewest whole models that choose and scale the prediction.
-MIN_WHOLE_MODELS = 3
 #: How a whole model is predicted (module docstring); ties go to the first.
 METHODS = ("scale", "ratio", "sum")
 

@@ -102,10 +102,9 @@ def test_few_shot_needs_ops_shared_with_its_base(measured, store, tmp_path) -> N
     out, _ = measured
     store.import_table(out, name="base")
     path = _new_device(measured, tmp_path, op_law=lambda ms: ms, whole_factor=1.0, keep_ops=set())
-    table = store.import_table(path, name="new", few_shot_from="base")
-    with pytest.raises(ValueError, match="shares 0 measured ops"):
-        LatencyModel(table).quality()
-    assert manifest_path(path).exists()
+    with pytest.raises(TableError, match="shares 0 measured ops with its base table 'base'"):
+        store.import_table(path, name="new", few_shot_from="base")
+    assert manifest_path(path).exists() and not store.has("new")
 
 
 def test_a_few_shot_cycle_is_refused(measured, store, tmp_path) -> None:
