@@ -22,6 +22,7 @@ from frontier.latency_models._bundle import strip_weights, whole_model_bytes
 from frontier.latency_models._table import with_weights
 from frontier.latency_models.runner import open_session, reference_level, session_options
 from frontier.spaces import CompressionPlan
+from tests.latency_models.test_runner_and_table import _busy
 
 RUNNER_FILES = (".meta.json", ".manifest.json", ".profiles.jsonl")
 
@@ -119,12 +120,6 @@ def test_bundle_models_carry_no_weights_and_run_from_a_seed(mlp_setup, bundle) -
                     weights_seed=entry["weights_seed"],
                 )
                 assert np.isfinite(run()[0]).all()
-
-
-def _busy(ms: float) -> None:
-    end = time.perf_counter() + ms / 1000
-    while time.perf_counter() < end:
-        pass
 
 
 def test_a_cold_start_does_not_set_the_reference_level() -> None:
