@@ -62,6 +62,20 @@ def measure_accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> floa
     return weighted / max(total, 1)
 
 
+def _first(loader: Any, samples: int | None) -> Any:
+    """The batches of ``loader`` up to ``samples`` samples (the last one cut), or the
+    loader itself when ``samples`` is None."""
+    if samples is None:
+        return loader
+    out, left = [], samples
+    for x, y in loader:
+        if left <= 0:
+            break
+        out.append((x[:left], y[:left]))
+        left -= len(y)
+    return out
+
+
 def distill(
     student: nn.Module,
     teacher: nn.Module,
@@ -173,6 +187,8 @@ class AccuracyEvaluator(Evaluator):
         batch_size: fine-tuning batch size.
         signal: the proxy signal reported as the value.
         temperature, alpha: distillation settings for plans that carry none.
+        val_samples: ``short`` scores on the first this many validation samples (None:
+            all); a cheaper, noisier rung for large models.
     """
 
     name, unit, direction = "accuracy", "fraction", MAXIMIZE
@@ -189,6 +205,7 @@ class AccuracyEvaluator(Evaluator):
         alpha: float | None = None,
         full_factor: int = 50,
         patience: int = 4,
+        val_samples: int | None = None,
     ) -> None:
         if fidelity not in FIDELITIES:
             raise ValueError(f"accuracy: fidelity must be one of {FIDELITIES}, got {fidelity!r}")
@@ -196,6 +213,9 @@ class AccuracyEvaluator(Evaluator):
             raise ValueError(f"accuracy: unknown proxy signal {signal!r}")
         if steps < 1:
             raise ValueError(f"accuracy: steps must be >= 1, got {steps}")
+        if val_samples is not None and val_samples < 1:
+            raise ValueError(f"accuracy: val_samples must be >= 1 or null, got {val_samples}")
+        self.val_samples = val_samples
         self.fidelity = fidelity
         self.steps = steps
         self.lr = lr
@@ -238,7 +258,9 @@ class AccuracyEvaluator(Evaluator):
                 lr=self.lr,
                 seed=context.seed,
             )
-            value = measure_accuracy(student, loaders.val, context.task.metric)
+            value = measure_accuracy(
+                student, _first(loaders.val, self.val_samples), context.task.metric
+            )
             split = "val"
         else:
             epoch = max(len(loaders.train), 1)

@@ -32,6 +32,10 @@ from ._storage import (
 )
 from ._tracking import no_telemetry
 
+#: the per-layer sensitivity pass scores each choice at the first rung while there are
+#: at most this share of the trial budget's choices, else at the proxy fidelity
+SENSITIVITY_SHARE = 0.2
+
 
 class Search:
     """One search: build it from a config, then ``run()``.
@@ -101,6 +105,8 @@ class Search:
         self.summary: dict[str, float] = {}
         #: per-layer sensitivity rows (``search.sensitivity``), else empty
         self.sensitivity: list[dict[str, Any]] = []
+        #: the fidelity the sensitivities were measured at
+        self.sensitivity_fidelity = ""
         #: wall seconds of the search loop, and of the evaluations inside it (for
         #: workers: their own time); the difference is the engine's overhead
         self.loop_s = 0.0
@@ -157,16 +163,31 @@ class Search:
         """Per-layer sensitivity at the first rung, cached (a resumed search reads it)."""
         from frontier.experiments import cache_dir
 
-        from ._sensitivity import sensitivity
+        from ._sensitivity import choices, sensitivity
 
         def progress(done: int, total: int, seconds: float) -> None:
             if done == total or done % 20 == 0:
                 print(f"frontier: sensitivity {done}/{total} ({seconds:.0f} s)", file=sys.stderr)
 
+        # each choice alone at the first rung while that is at most a fifth of the trial
+        # budget; else without fine-tuning (a large model has hundreds of choices)
+        count = len(choices(self.evaluation.space)) + 1
+        rung: int | str = 0
+        if (
+            self.evaluation.rungs[0] != "proxy"
+            and count > SENSITIVITY_SHARE * self.config.search.trials
+        ):
+            rung = "proxy"
+            print(
+                f"frontier: sensitivity of {count} choices at the proxy fidelity (more than "
+                f"{SENSITIVITY_SHARE:.0%} of {self.config.search.trials} trials)",
+                file=sys.stderr,
+            )
+        self.sensitivity_fidelity = self.evaluation.fidelity(rung)
         start = time.perf_counter()
         self.sensitivity = sensitivity(
             self.evaluation,
-            rung=0,
+            rung=rung,
             cache=cache_dir() / f"sensitivity-{self.config.name}.json",
             progress=progress,
         )
@@ -192,8 +213,11 @@ class Search:
                 f"({backend.slots} at a time), MLflow at {cfg.tracking.uri}",
                 file=sys.stderr,
             )
-            if cfg.search.sensitivity:
+            sampler = self.study.sampler
+            if cfg.search.sensitivity or getattr(sampler, "wants_sensitivity", False):
                 self._sensitivity()
+            if hasattr(sampler, "bind"):  # a sampler that screens plans on what it knows
+                sampler.bind(self)
             self._notify("on_start")
             self.study_store.flush()
             status = "FAILED"
@@ -215,6 +239,8 @@ class Search:
                     failed_trials=sum(1 for r in self.records.values() if r.state == "failed"),
                     **promotion_savings(self.rung_s),
                 )
+                if hasattr(self.study.sampler, "propose_s"):  # time spent screening plans
+                    self.summary["sampler_propose_s"] = self.study.sampler.propose_s
                 self._notify("on_finish", status)
         finally:
             if self._held is not None:

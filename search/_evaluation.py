@@ -111,7 +111,7 @@ class Evaluation:
         if not getattr(self.task, "trained", True) and self.rungs != ["proxy"]:
             self.rungs = ["proxy"]
         self.metrics = config.metric_names()
-        self._evaluators: dict[tuple[str, int], Any] = {}
+        self._evaluators: dict[tuple[str, str], Any] = {}
 
     # -- objectives ---------------------------------------------------------------------
     def _options(self, name: str) -> dict[str, Any]:
@@ -120,15 +120,21 @@ class Evaluation:
                 return dict(o.options)
         return {}
 
-    def evaluator(self, name: str, rung: int = 0) -> Any:
-        """The evaluator of ``name`` at ``rung`` (only accuracy changes with the rung)."""
+    def fidelity(self, rung: int | str) -> str:
+        """The fidelity of ``rung``: a rung index, or a fidelity name (``"proxy"``) to
+        score at one the config does not list."""
+        return rung if isinstance(rung, str) else self.rungs[rung]
+
+    def evaluator(self, name: str, rung: int | str = 0) -> Any:
+        """The evaluator of ``name`` at ``rung`` (an index or a fidelity name; only
+        accuracy changes with the rung)."""
         from frontier.evaluators import build_evaluator
 
-        key = (name, rung if name == ACCURACY else 0)
+        key = (name, self.fidelity(rung) if name == ACCURACY else "")
         if key not in self._evaluators:
             options = self._options(name)
             if name == ACCURACY:
-                options["fidelity"] = self.rungs[rung]
+                options["fidelity"] = self.fidelity(rung)
             if name.partition("@")[0] == "co2e_g":
                 options.setdefault("scenario", self.config.carbon.scenario())
             self._evaluators[key] = build_evaluator(name, **options)
@@ -155,7 +161,7 @@ class Evaluation:
         return CompressionPlan.from_dict(dict(data), space=self.space)
 
     def evaluate(
-        self, plan: CompressionPlan, rung: int = 0, metrics: list[str] | None = None
+        self, plan: CompressionPlan, rung: int | str = 0, metrics: list[str] | None = None
     ) -> TrialResult:
         """Score ``plan`` at ``rung`` on ``metrics`` (default: every metric of the config).
 

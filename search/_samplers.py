@@ -63,6 +63,13 @@ def _gp(population: int, seed: int) -> Any:
     return optuna.samplers.GPSampler(seed=seed)
 
 
+@register_sampler("surrogate")
+def _surrogate(population: int, seed: int) -> Any:
+    from ._surrogate import SurrogateSampler
+
+    return SurrogateSampler(seed=seed)
+
+
 @register_sampler("random")
 def _random(population: int, seed: int) -> Any:
     import optuna

@@ -14,7 +14,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +22,28 @@ from typing import Any
 PER_LAYER = {"prune.": min, "wbits.": max, "abits.": max}
 
 
-class _Fixed:
-    """A stand-in for an Optuna trial that answers each dimension with ``choices``'
-    uncompressed value, except the one dimension ``name`` set to ``value``."""
+def default_choice(name: str, choices: Sequence[Any]) -> Any:
+    """The uncompressed choice of dimension ``name``: no pruning, the widest bits, no
+    student; for distillation and other whole-model choices, the first."""
+    for prefix, pick in PER_LAYER.items():
+        if name.startswith(prefix):
+            return pick(choices)
+    if name == "student" and "none" in choices:
+        return "none"
+    return choices[0]
 
-    def __init__(self, name: str = "", value: Any = None) -> None:
-        self.name, self.value = name, value
+
+class Fixed:
+    """A stand-in for an Optuna trial that answers each dimension from ``values`` and
+    every other with its uncompressed choice (``default_choice``)."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self.values = dict(values or {})
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        if name == self.name:
-            return self.value
-        for prefix, pick in PER_LAYER.items():
-            if name.startswith(prefix):
-                return pick(choices)
-        if name == "student" and "none" in choices:
-            return "none"
-        return choices[0]  # distillation and other whole-model choices: the first
+        if name in self.values:
+            return self.values[name]
+        return default_choice(name, choices)
 
 
 def choices(space: Any) -> list[tuple[str, Any]]:
@@ -53,13 +59,13 @@ def choices(space: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def cache_key(evaluation: Any, rung: int) -> str:
+def cache_key(evaluation: Any, rung: int | str) -> str:
     """What the sensitivities depend on, hashed."""
     config = json.loads(evaluation.config.model_dump_json())
     data = {
         **{k: config.get(k) for k in ("task", "space", "objectives")},
         "metrics": list(evaluation.metrics),
-        "rung": evaluation.rungs[rung],
+        "rung": evaluation.fidelity(rung),
         "seed": evaluation.config.search.seed,
         "tables": {n: t.content_hash for n, t in evaluation.tables.items()},
     }
@@ -69,7 +75,7 @@ def cache_key(evaluation: Any, rung: int) -> str:
 def sensitivity(
     evaluation: Any,
     *,
-    rung: int = 0,
+    rung: int | str = 0,
     cache: Path | None = None,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -77,7 +83,8 @@ def sensitivity(
 
     Args:
         evaluation: the search's ``Evaluation`` (task, space, evaluators, tables).
-        rung: the fidelity rung to score at (0: the cheapest).
+        rung: the rung to score at (0: the cheapest), or a fidelity name such as
+            ``"proxy"`` (no fine-tuning) that the config need not list.
         cache: a JSON file holding results by ``cache_key``; read, and written.
         progress: called with (done, total, seconds) after each plan.
 
@@ -95,7 +102,7 @@ def sensitivity(
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     for i, (name, value) in enumerate(todo):
-        plan = space.suggest(_Fixed(name, value))
+        plan = space.suggest(Fixed({} if value is None else {name: value}))
         values = evaluation.evaluate(plan, rung).values
         rows.append(
             {
@@ -112,7 +119,7 @@ def sensitivity(
         for metric in evaluation.metrics:
             row[f"{metric}_delta"] = row[metric] - base[metric]
     if cache is not None:
-        stored[key] = {"rung": evaluation.rungs[rung], "rows": rows}
+        stored[key] = {"rung": evaluation.fidelity(rung), "rows": rows}
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(stored, indent=1))
     return rows
