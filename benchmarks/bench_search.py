@@ -243,6 +243,9 @@ def main() -> None:
     parser.add_argument("--skip-default", action="store_true", help="skip run 1 and check 4")
     parser.add_argument("--skip-overhead", action="store_true", help="skip check 2")
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the --json file's runs this one does not redo"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -293,11 +296,32 @@ def main() -> None:
         mine, rand = m.get(f"frontier@{args.trials}"), m.get(f"random@{args.trials}")
         if mine is not None and rand is not None:
             print(f"   frontier / random at {args.trials}: {mine / rand:.3f}x")
+    if args.json and args.merge and Path(args.json).exists():
+        tasks = merged(json.loads(Path(args.json).read_text()), figures, tasks)
     # the last task named is the one the issue asks about; every one is kept
     figures.update({k: tasks[-1][k] for k in ("task", "hv", "wall_s")})
     figures["tasks"] = tasks
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+def merged(old: dict[str, Any], figures: dict[str, Any], tasks: list[dict[str, Any]]) -> Any:
+    """``tasks`` with the runs of ``old`` (an earlier --json) added where this run did
+    not measure them (same task and seeds); ``figures`` keeps ``old``'s other figures."""
+    for k, v in old.items():
+        if k not in ("task", "hv", "wall_s", "tasks"):
+            figures.setdefault(k, v)
+    out = []
+    new = {t["task"]: t for t in tasks}
+    for before in old.get("tasks", []):
+        now = new.pop(before["task"], None)
+        if now is None or now["seeds"] != before["seeds"]:
+            out.append(now or before)
+            continue
+        for key in ("hv", "wall_s", "median", "phases_s"):
+            now[key] = {**before.get(key, {}), **now.get(key, {})}
+        out.append(now)
+    return out + list(new.values())
 
 
 if __name__ == "__main__":

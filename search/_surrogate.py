@@ -270,10 +270,14 @@ class SurrogateSampler(BaseSampler):
         return out
 
     def _is_cheap(self, metric: str) -> bool:
+        """Whether ``metric`` is fast enough to compute for every candidate: timed on a
+        seeded random plan (an uncompressed one would skip the pruning)."""
         if metric == ACCURACY:
             return False
         if metric not in self._cheap:
-            plan, took = self._plan({}), []
+            rng = np.random.default_rng(self.seed)
+            sample = {n: cs[int(rng.integers(len(cs)))] for n, cs in self._dims.items()}
+            plan, took = self._plan(sample), []
             for _ in range(2):  # the first call may build caches
                 start = time.perf_counter()
                 self._search.evaluation.evaluate(plan, 0, [metric])

@@ -203,7 +203,10 @@ def test_malformed_config_names_the_field(tmp_path: Path, capsys) -> None:
     assert main(["search", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: objectives.1.name: latency_ms needs a device" in err
-    assert f"{path}: search.sampler: unknown sampler 'cmaes'; known: gp, nsga2, random, tpe" in err
+    assert (
+        f"{path}: search.sampler: unknown sampler 'cmaes'; known: gp, nsga2, random, surrogate, tpe"
+        in err
+    )
     path.write_text("constraints: ['size_bytes < 3']\n")
     assert main(["search", str(path)]) == 2
     assert "constraints: constraint 'size_bytes < 3' must read" in capsys.readouterr().err
