@@ -169,6 +169,8 @@ METHODS: dict[str, tuple[str | None, bool | None]] = {
     "tpe": ("tpe", False),
     "gp": ("gp", False),
     "surrogate": ("surrogate", True),
+    # what anchors alone add to NSGA-II (the surrogate's comparison without its anchors)
+    "nsga2-anchors": ("nsga2", True),
 }
 
 
