@@ -240,7 +240,12 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["digits-mcu"], help="configs compared")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--long-random", type=int, default=300, help="random at this budget")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="config overrides (every task but digits-mcu)",
+    )
     parser.add_argument("--overhead-trials", type=int, default=500)
     parser.add_argument("--skip-default", action="store_true", help="skip run 1 and check 4")
     parser.add_argument("--skip-overhead", action="store_true", help="skip check 2")

@@ -67,10 +67,15 @@ def hypervolume(
 ) -> float:
     """Hypervolume of ``values`` normalised by ``baseline`` (see ``normalise``) against
     the point ``reference`` on every axis (moocore); points beyond it add nothing."""
+    losses = normalise(values, objectives, baseline)
+    return loss_hypervolume(losses[~np.isnan(losses).any(axis=1)], reference)
+
+
+def loss_hypervolume(losses: np.ndarray, reference: float = REFERENCE) -> float:
+    """Hypervolume of normalised ``losses`` (rows) against ``reference`` on every axis
+    (moocore); rows beyond it add nothing."""
     import moocore
 
-    losses = normalise(values, objectives, baseline)
-    losses = losses[~np.isnan(losses).any(axis=1)]
     losses = losses[np.all(losses < reference, axis=1)]
     if len(losses) == 0:
         return 0.0

@@ -51,10 +51,9 @@ def choices(space: Any) -> list[tuple[str, Any]]:
     choice of each per-layer dimension but its uncompressed one."""
     out = []
     for dim in space.dimensions():
-        pick = next((p for prefix, p in PER_LAYER.items() if dim.name.startswith(prefix)), None)
-        if pick is None or "/" in dim.name:  # a student's own layers: not the model's
-            continue
-        default = pick(dim.choices)
+        if not dim.name.startswith(tuple(PER_LAYER)) or "/" in dim.name:
+            continue  # a whole-model choice, or a student's own layers: not the model's
+        default = default_choice(dim.name, dim.choices)
         out += [(dim.name, c) for c in dim.choices if c != default]
     return out
 

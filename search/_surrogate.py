@@ -31,10 +31,9 @@ from typing import Any
 import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler
 
-from ._pareto import MAXIMIZE, REFERENCE, normalise
+from ._evaluation import ACCURACY
+from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
 from ._sensitivity import Fixed, default_choice
-
-ACCURACY = "accuracy"
 
 
 class AdditiveSurrogate:
@@ -114,23 +113,14 @@ class AdditiveSurrogate:
         return mean * self.scale, sd * self.scale
 
 
-def _hv(losses: np.ndarray) -> float:
-    import moocore
-
-    inside = losses[np.all(losses < REFERENCE, axis=1)]
-    if len(inside) == 0:
-        return 0.0
-    return float(moocore.hypervolume(inside, ref=np.full(losses.shape[1], REFERENCE)))
-
-
 def improvement(front: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """For each candidate (normalised losses), the hypervolume it adds to ``front``; for a
     candidate that adds none, minus the distance it would have to move on its worst
     axis to stop being dominated."""
-    base = _hv(front) if len(front) else 0.0
+    base = loss_hypervolume(front) if len(front) else 0.0
     out = np.empty(len(candidates))
     for i, c in enumerate(candidates):
-        gain = _hv(np.vstack([front, c[None]])) - base if len(front) else _hv(c[None])
+        gain = loss_hypervolume(np.vstack([front, c[None]])) - base
         if gain > 1e-12:
             out[i] = gain
         elif len(front):
@@ -237,9 +227,7 @@ class SurrogateSampler(BaseSampler):
     # -- proposing ------------------------------------------------------------------------
     def _observed(self) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
         """Parameters and first-rung values of the sensitivity plans and finished trials."""
-        same = getattr(
-            self._search, "sensitivity_fidelity", None
-        ) == self._search.evaluation.fidelity(0)
+        same = self._search.sensitivity_fidelity == self._search.evaluation.fidelity(0)
         # sensitivities at a cheaper fidelity are the prior of accuracy, not observations
         skip = set() if same else {ACCURACY}
         params: list[dict[str, Any]] = [{}]
@@ -276,8 +264,7 @@ class SurrogateSampler(BaseSampler):
             return False
         if metric not in self._cheap:
             rng = np.random.default_rng(self.seed)
-            sample = {n: cs[int(rng.integers(len(cs)))] for n, cs in self._dims.items()}
-            plan, took = self._plan(sample), []
+            plan, took = self._plan({n: self._draw(rng, n) for n in self._dims}), []
             for _ in range(2):  # the first call may build caches
                 start = time.perf_counter()
                 self._search.evaluation.evaluate(plan, 0, [metric])
@@ -289,8 +276,12 @@ class SurrogateSampler(BaseSampler):
         """``params`` on this sampler's dimensions, each missing one at its default."""
         return {n: params.get(n, d) for n, d in self._defaults.items()}
 
+    def _draw(self, rng: np.random.Generator, name: str) -> Any:
+        """A uniform choice of dimension ``name``."""
+        return self._dims[name][int(rng.integers(len(self._dims[name])))]
+
     def _plan(self, params: Mapping[str, Any]) -> Any:
-        return self._search.evaluation.space.suggest(Fixed({**self._defaults, **params}))
+        return self._search.evaluation.space.suggest(Fixed(params))
 
     def _exact(self, params: Mapping[str, Any], metrics: list[str]) -> dict[str, float]:
         return dict(self._search.evaluation.evaluate(self._plan(params), 0, metrics).values)
@@ -304,7 +295,7 @@ class SurrogateSampler(BaseSampler):
         seen |= set(self._pending)
         slow = [m for m in self._metrics if not self._is_cheap(m)]
         models = self._surrogates(params, values, slow)
-        pool = self._candidates(rng, params, values, models, seen)
+        pool = self._candidates(rng, params, values, seen)
         if not pool:
             return {}
         cheap = [m for m in self._metrics if m not in slow]
@@ -326,7 +317,7 @@ class SurrogateSampler(BaseSampler):
             best = int(order[int(np.argmax(finals))])
         else:
             best = int(order[0])
-        chosen = {**self._defaults, **pool[best]}
+        chosen = self._full(pool[best])
         self._pending[_key(chosen)] = rows[best]
         return chosen
 
@@ -361,7 +352,6 @@ class SurrogateSampler(BaseSampler):
         rng: np.random.Generator,
         params: list[dict[str, Any]],
         values: list[dict[str, float]],
-        models: Mapping[str, AdditiveSurrogate],
         seen: set[str],
     ) -> list[dict[str, Any]]:
         """Unseen parameter sets (only their non-default choices): a half mutations of
@@ -376,15 +366,13 @@ class SurrogateSampler(BaseSampler):
         parents: list[dict[str, Any]] = [{}]
         if tried:
             matrix = np.array([[v[o.name] for o in objectives] for _, v in tried])
-            from ._pareto import pareto_mask
-
             mask = pareto_mask(matrix, objectives)
             parents = [tried[i][0] for i in np.flatnonzero(mask)] or parents
         ranked = self._greedy_order()
         out: dict[str, dict[str, Any]] = {}
 
         def add(p: dict[str, Any]) -> None:
-            full = {**self._defaults, **p}
+            full = self._full(p)
             key = _key(full)
             if key not in seen and key not in out:
                 out[key] = {n: v for n, v in full.items() if v != self._defaults[n]}
@@ -397,8 +385,7 @@ class SurrogateSampler(BaseSampler):
                 child = dict(parents[int(rng.integers(len(parents)))])
                 for _ in range(int(rng.integers(1, 4))):
                     n = names[int(rng.integers(len(names)))]
-                    cs = self._dims[n]
-                    child[n] = cs[int(rng.integers(len(cs)))]
+                    child[n] = self._draw(rng, n)
                 add(child)
             elif kind < 0.75 and ranked:
                 k = int(rng.integers(1, len(ranked) + 1))
@@ -408,10 +395,10 @@ class SurrogateSampler(BaseSampler):
                 # a few random choices on top, so greedy plans are not all on one line
                 for _ in range(int(rng.integers(0, 3))):
                     n = names[int(rng.integers(len(names)))]
-                    greedy[n] = self._dims[n][int(rng.integers(len(self._dims[n])))]
+                    greedy[n] = self._draw(rng, n)
                 add(greedy)
             else:
-                add({n: cs[int(rng.integers(len(cs)))] for n, cs in self._dims.items()})
+                add({n: self._draw(rng, n) for n in names})
         return list(out.values())
 
     def _greedy_order(self) -> list[tuple[str, Any]]:
