@@ -314,7 +314,8 @@ def main() -> None:
 
 def merged(old: dict[str, Any], figures: dict[str, Any], tasks: list[dict[str, Any]]) -> Any:
     """``tasks`` with the runs of ``old`` (an earlier --json) added where this run did
-    not measure them (same task and seeds); ``figures`` keeps ``old``'s other figures."""
+    not measure them: per task, method and seed (so seeds run apart end up side by side);
+    ``figures`` keeps ``old``'s other figures."""
     for k, v in old.items():
         if k not in ("task", "hv", "wall_s", "tasks"):
             figures.setdefault(k, v)
@@ -322,13 +323,28 @@ def merged(old: dict[str, Any], figures: dict[str, Any], tasks: list[dict[str, A
     new = {t["task"]: t for t in tasks}
     for before in old.get("tasks", []):
         now = new.pop(before["task"], None)
-        if now is None or now["seeds"] != before["seeds"]:
-            out.append(now or before)
-            continue
-        for key in ("hv", "wall_s", "median", "phases_s"):
-            now[key] = {**before.get(key, {}), **now.get(key, {})}
-        out.append(now)
+        out.append(before if now is None else _merge_seeds(before, now))
     return out + list(new.values())
+
+
+def _merge_seeds(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """One task's runs: ``now``'s where both measured a (method, seed), else either's."""
+
+    def by_seed(task: dict[str, Any], key: str) -> dict[str, dict[int, float]]:
+        return {
+            label: dict(zip(task["seeds"], values, strict=False))
+            for label, values in task.get(key, {}).items()
+        }
+
+    seeds = sorted(set(before["seeds"]) | set(now["seeds"]))
+    out = {**before, **now, "seeds": seeds}
+    for key in ("hv", "wall_s", "phases_s"):
+        table = by_seed(before, key)
+        for label, values in by_seed(now, key).items():
+            table.setdefault(label, {}).update(values)
+        out[key] = {label: [v[s] for s in seeds if s in v] for label, v in table.items()}
+    out["median"] = {k: statistics.median(v) for k, v in out["hv"].items()}
+    return out
 
 
 if __name__ == "__main__":
