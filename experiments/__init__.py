@@ -21,6 +21,7 @@ from ._fashion import IdxRecipe, IdxTask, adapt_model, train_idx_model
 from ._idx import FASHION_MNIST_ROOT, load_idx_split, read_idx, write_idx
 from ._imagefolder import ImageFolderTask, load_weights
 from ._tasks import Loaders, Task, TaskError, build_task, register_task, task_names
+from ._text import TextRecipe, TextTask, load_bert, read_corpus, tokenize, train_text_model
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -42,18 +43,24 @@ __all__ = [
     "SwishBeta",
     "Task",
     "TaskError",
+    "TextRecipe",
+    "TextTask",
     "adapt_model",
     "build_task",
     "builtin_configs",
     "cache_dir",
     "evaluate",
+    "load_bert",
     "load_digits_splits",
     "load_idx_split",
     "load_weights",
+    "read_corpus",
     "read_idx",
     "register_task",
     "task_names",
+    "tokenize",
     "train_classifier",
     "train_idx_model",
+    "train_text_model",
     "write_idx",
 ]

@@ -63,11 +63,21 @@ from ._techniques import (
     register_technique,
     technique_names,
 )
+from ._transformer import (
+    MINILM,
+    TextTransformer,
+    TransformerShape,
+    keep_ffn,
+    keep_heads,
+    shape_of,
+    student_shape,
+)
 
 __all__ = [
     "CNN",
     "CNN_CHANNELS",
     "IMPORTANCE_CRITERIA",
+    "MINILM",
     "MLP",
     "MLP_HIDDEN",
     "PLAN_FORMAT_VERSION",
@@ -100,6 +110,8 @@ __all__ = [
     "SwapActivations",
     "SwapOptions",
     "Technique",
+    "TextTransformer",
+    "TransformerShape",
     "apply_plan",
     "build_student",
     "build_technique",
@@ -109,6 +121,8 @@ __all__ = [
     "export_onnx",
     "int8_layers",
     "int8_op_types",
+    "keep_ffn",
+    "keep_heads",
     "kept_channels",
     "model_cost",
     "onnx_module_name",
@@ -118,7 +132,9 @@ __all__ = [
     "recalibrate_bn",
     "register_student",
     "register_technique",
+    "shape_of",
     "student_families",
+    "student_shape",
     "swap_activations",
     "technique_names",
 ]

