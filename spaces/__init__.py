@@ -72,6 +72,7 @@ from ._transformer import (
     shape_of,
     student_shape,
 )
+from ._transformer_prune import LayerDrop, TransformerPrune, encoder_layers
 
 __all__ = [
     "CNN",
@@ -95,6 +96,7 @@ __all__ = [
     "DistillSpec",
     "ExportResult",
     "LayerCost",
+    "LayerDrop",
     "LayerGroup",
     "PlanError",
     "Prune",
@@ -111,6 +113,7 @@ __all__ = [
     "SwapOptions",
     "Technique",
     "TextTransformer",
+    "TransformerPrune",
     "TransformerShape",
     "apply_plan",
     "build_student",
@@ -118,6 +121,7 @@ __all__ = [
     "calibrate",
     "count_macs",
     "discover",
+    "encoder_layers",
     "export_onnx",
     "int8_layers",
     "int8_op_types",

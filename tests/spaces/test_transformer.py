@@ -11,11 +11,17 @@ import pytest
 import torch
 
 from frontier.spaces import (
+    CompressionPlan,
     PlanError,
+    SearchSpace,
+    SpaceError,
+    SpaceOptions,
     StudentSpec,
     TextTransformer,
     TransformerShape,
+    apply_plan,
     build_student,
+    discover,
     keep_ffn,
     keep_heads,
     shape_of,
@@ -97,3 +103,79 @@ def test_it_exports_to_onnx_and_onnx_runtime_agrees(tmp_path: Path) -> None:
     got = session.run(None, {"ids": ids.numpy()})[0]
     with torch.no_grad():
         np.testing.assert_allclose(got, model(ids).numpy(), atol=1e-4)
+
+
+def _text_space(model: TextTransformer, **techniques: dict) -> SearchSpace:
+    options = SpaceOptions(
+        prune_ratios=(0.0,), weight_bits=(8, 32), act_bits=(32,), techniques=techniques
+    )
+    return discover(model, _ids(), options)
+
+
+def test_transformer_prune_is_searched_per_layer_and_shrinks_the_model() -> None:
+    model = _model()
+    space = _text_space(model, **{"transformer-prune": {}, "layer-drop": {}})
+    names = {d.name for d in space.dimensions()}
+    assert {"heads.layers.0", "ffn.layers.1", "drop.layers.0", "wbits.layers.0.query"} <= names
+    plan = CompressionPlan(
+        techniques={
+            "transformer-prune": {"layers.0": {"heads": 0.5, "ffn": 0.75}},
+            "layer-drop": ["layers.1"],
+        },
+        weight_bits={"layers.1.query": 8, "layers.0.ffn_in": 8},
+    )
+    space.validate(plan)
+    again = CompressionPlan.from_json(plan.to_json(), space=space)
+    assert again == plan
+    out = apply_plan(model, plan, _ids())
+    layer = out.layers[0]
+    assert layer.heads == 2 and layer.query.out_features == 16 and layer.ffn_in.out_features == 16
+    assert type(out.layers[1]).__name__ == "Skip"
+    before = sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for p in out.parameters()) < before / 2
+    with torch.no_grad():
+        logits = out(_ids())
+    assert logits.shape == (4, 3) and torch.isfinite(logits).all()
+    assert model.layers[0].heads == 4  # the original is left alone
+
+
+def test_transformer_prune_removes_the_weakest_heads() -> None:
+    model = _model()
+    with torch.no_grad():  # head 2 of layer 0 made the weakest by far
+        for name in ("query", "key", "value"):
+            getattr(model.layers[0], name).weight[16:24] *= 0.01
+        model.layers[0].out.weight[:, 16:24] *= 0.01
+    plan = CompressionPlan(techniques={"transformer-prune": {"layers.0": {"heads": 0.25}}})
+    out = apply_plan(model, plan, _ids())
+    kept = out.layers[0].query.weight
+    assert kept.shape[0] == 24
+    expected = torch.cat([model.layers[0].query.weight[:16], model.layers[0].query.weight[24:]])
+    assert torch.equal(kept, expected)
+
+
+def test_transformer_technique_errors_name_the_layer() -> None:
+    space = _text_space(_model(), **{"transformer-prune": {}, "layer-drop": {}})
+    with pytest.raises(PlanError, match="'layers.7' is not an encoder layer"):
+        space.validate(
+            CompressionPlan(techniques={"transformer-prune": {"layers.7": {"heads": 0.5}}})
+        )
+    with pytest.raises(PlanError, match="at least one encoder layer must stay"):
+        space.validate(CompressionPlan(techniques={"layer-drop": ["layers.0", "layers.1"]}))
+    with pytest.raises(
+        PlanError, match=r"transformer-prune\['layers.0'\].heads: ratio must be in \[0, 1\)"
+    ):
+        CompressionPlan.from_dict(
+            {"techniques": {"transformer-prune": {"layers.0": {"heads": 1.0}}}}
+        )
+    with pytest.raises(SpaceError, match="head_ratios: ratio must be in"):
+        SpaceOptions(techniques={"transformer-prune": {"head_ratios": [0.0, 1.0]}})
+
+
+def test_seeded_plans_of_a_text_space_apply_and_run() -> None:
+    model = _model()
+    space = _text_space(model, **{"transformer-prune": {}, "layer-drop": {"max_share": 0.5}})
+    for seed in range(6):
+        plan = space.sample(seed)
+        assert len(plan.techniques.get("layer-drop", [])) <= 1
+        with torch.no_grad():
+            assert torch.isfinite(apply_plan(model, plan, _ids())(_ids())).all()
