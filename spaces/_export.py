@@ -235,12 +235,15 @@ def _quantize_int8(
                 tensors = _as_args(batch[0])  # (inputs, targets) pairs
             else:
                 tensors = _as_args(batch)
-            yield {
-                name: t.detach().cpu().numpy().astype(np.float32)
-                for name, t in zip(input_names, tensors, strict=True)
-            }
+            yield {name: _feed(t) for name, t in zip(input_names, tensors, strict=True)}
 
     quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude)
+
+
+def _feed(t: torch.Tensor) -> np.ndarray:
+    """An ONNX Runtime input: floats as float32, integers (token ids) as they are."""
+    a = t.detach().cpu().numpy()
+    return a.astype(np.float32) if a.dtype.kind == "f" else a
 
 
 @functools.cache
