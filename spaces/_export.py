@@ -122,7 +122,9 @@ def export_onnx(
     input_names = [f"input{i}" if len(args) > 1 else "input" for i in range(len(args))]
     axes = {name: {0: "batch"} for name in [*input_names, "output"]}
     quantized = _plan_bits(plan)
-    int8 = int8_layers(plan)
+    # a layer the plan gave bits to may be gone (a dropped encoder layer)
+    present = {name for name, _ in model.named_modules()}
+    int8 = [n for n in int8_layers(plan) if n in present]
     too_low = {n: b for n, b in quantized.items() if min(b) < 8}
     with tempfile.TemporaryDirectory() as tmp:
         fp32_path = Path(tmp) / "fp32.onnx" if int8 and not too_low else path
@@ -235,15 +237,23 @@ def _quantize_int8(
                 tensors = _as_args(batch[0])  # (inputs, targets) pairs
             else:
                 tensors = _as_args(batch)
-            yield {name: _feed(t) for name, t in zip(input_names, tensors, strict=True)}
+            yield {
+                name: _feed(t, e)
+                for name, t, e in zip(input_names, tensors, example_args, strict=True)
+            }
 
     quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude)
 
 
-def _feed(t: torch.Tensor) -> np.ndarray:
-    """An ONNX Runtime input: floats as float32, integers (token ids) as they are."""
+def _feed(t: torch.Tensor, example: Any) -> np.ndarray:
+    """An ONNX Runtime input: floats as float32; integers (token ids) as they are,
+    padded with id 0 to the exported length when a batch was cut shorter."""
     a = t.detach().cpu().numpy()
-    return a.astype(np.float32) if a.dtype.kind == "f" else a
+    if a.dtype.kind == "f":
+        return a.astype(np.float32)
+    if isinstance(example, torch.Tensor) and a.ndim == 2 and a.shape[1] < example.shape[1]:
+        a = np.pad(a, ((0, 0), (0, example.shape[1] - a.shape[1])))
+    return a
 
 
 @functools.cache

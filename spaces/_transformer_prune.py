@@ -55,9 +55,10 @@ def _encoder(model: nn.Module, name: str, technique: str) -> EncoderLayer:
 
 
 def _smallest_kept(scores: torch.Tensor, ratio: float) -> list[int]:
-    """Indices to keep (in their order) after removing ``ratio`` of them, lowest first."""
+    """Indices to keep (in their order) after removing ``ratio`` of them, lowest first;
+    one at least (removing a whole block is ``layer-drop``'s)."""
     n = len(scores)
-    keep = n - round(n * ratio)
+    keep = max(1, n - round(n * ratio))
     order = torch.argsort(scores, descending=True, stable=True)[:keep]
     return sorted(order.tolist())
 

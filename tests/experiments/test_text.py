@@ -131,9 +131,80 @@ def test_the_teacher_fine_tunes_beats_chance_and_is_cached(tmp_path: Path) -> No
     with torch.no_grad():
         assert torch.equal(again.baseline()(x), model(x))  # loaded, not fine-tuned again
 
+    # distillation's teacher answers training texts from logits computed once
+    soft = again.soft_teacher()
+    assert task.cache_path().with_suffix(".logits.pt").exists()
+    calls = []
+    again.baseline().register_forward_hook(lambda *args: calls.append(1))
+    for x, _ in again.loaders(batch_size=16).train:
+        with torch.no_grad():
+            assert torch.allclose(soft(x), model(x), atol=1e-5)
+    assert not calls
+    with torch.no_grad():
+        assert torch.allclose(soft(s["test"][0]), model(s["test"][0]), atol=1e-6)
+    assert len(calls) == 1  # an unseen text goes to the teacher
+
 
 def test_text_task_options_are_checked(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="task.options.length: 4 to 512"):
         build_task("text-classification", length=2)
     with pytest.raises(TaskError, match="corpus.csv does not exist"):
         build_task("text-classification", csv=str(tmp_path / "corpus.csv")).splits()
+
+
+def test_a_search_compresses_the_text_teacher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Heads, FFN widths, dropped layers, INT8 and distillation searched together: every
+    trial completes, and the front's models export to ONNX files that run."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from frontier.search import parse_config, run
+
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "corpus.csv", rows=300)
+    bert = write_bert(tmp_path / "bert")
+    config = parse_config(
+        {
+            "name": "tiny-text",
+            "task": {
+                "name": "text-classification",
+                "options": {
+                    "csv": str(corpus),
+                    "model_dir": str(bert),
+                    "length": 16,
+                    "epochs": 12,
+                    "lr": 3e-3,
+                },
+            },
+            "space": {
+                "prune_ratios": [0.0],
+                "weight_bits": [8, 32],
+                "act_bits": [8, 32],
+                "techniques": {"transformer-prune": {}, "layer-drop": {}},
+                "distill": {"temperatures": [2.0], "alphas": [0.5]},
+            },
+            "objectives": [
+                {"name": "accuracy", "options": {"steps": 10, "batch_size": 32, "lr": 1e-3}},
+                "size_bytes",
+            ],
+            "search": {"trials": 8, "population": 4, "fidelity": {"rungs": ["short"]}},
+        }
+    )
+    result = run(config, progress=False)
+    trials = result.study.trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 8
+    plans = [t.user_attrs["plan"]["techniques"] for t in trials]
+    assert any("layer-drop" in p for p in plans) and any("transformer-prune" in p for p in plans)
+    sizes = {t.number: t.values[1] for t in trials}
+    pruned = [t.number for t, p in zip(trials, plans, strict=True) if p]
+    plain = [t.number for t, p in zip(trials, plans, strict=True) if not p]
+    if plain:
+        assert min(sizes[n] for n in pruned) < min(sizes[n] for n in plain)
+    models = sorted(tmp_path.glob("mlruns/*/*/artifacts/model.onnx"))
+    assert models
+    ids = np.ones((1, 16), dtype=np.int64)
+    for path in models:
+        out = ort.InferenceSession(str(path)).run(None, {"input": ids})[0]
+        assert out.shape == (1, 3) and np.isfinite(out).all()
