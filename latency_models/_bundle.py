@@ -31,7 +31,7 @@ from frontier.spaces import (
 
 from ._ops import INT8_FP32_ADD, OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
 from ._table import MIN_CALIBRATION_MODELS
-from ._templates import WEIGHTED, Templates, build_templates
+from ._templates import Templates, build_templates
 from ._transfer import few_shot_ops
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
@@ -185,7 +185,7 @@ def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
         }
         for _ in range(2)
     ]
-    weighted = spec.op_type in WEIGHTED
+    weighted = spec.weighted
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(model_bytes if weighted else _prefixed(model_bytes))

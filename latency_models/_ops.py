@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from frontier.spaces import (
+    DROPPED,
     CompressionPlan,
     SearchSpace,
     build_technique,
@@ -25,7 +26,7 @@ from frontier.spaces import (
     kept_channels,
 )
 
-from ._templates import WEIGHTED, OpTemplate, Templates
+from ._templates import OpTemplate, Templates
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,17 @@ class OpSpec:
             if self.groups > 1 and self.groups == cin:
                 return "dwconv"
             return "gconv" if self.groups > 1 else "conv"
-        if self.op_type in ("Gemm", "MatMul"):
+        if self.op_type == "Gemm" or self.weighted:
             return "linear"
-        return self.op_type.lower()
+        return self.op_type.lower()  # an attention MatMul (two activations) is "matmul"
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the op multiplies by a weight (a MatMul of two activations does not:
+        its inputs besides a fused residual are all data)."""
+        if self.op_type in ("Conv", "Gemm"):
+            return True
+        return self.op_type == "MatMul" and len(self.input_shapes) - ("Add" in self.fused) == 1
 
     @functools.cached_property
     def key(self) -> str:
@@ -104,7 +113,7 @@ class OpSpec:
         if self.op_type == "Conv":
             cin = self.input_shapes[0][1]
             weights = self.output_shape[1] * (cin // max(self.groups, 1)) * math.prod(self.kernel)
-        elif self.op_type in ("Gemm", "MatMul"):
+        elif self.op_type == "Gemm" or self.weighted:
             weights = self.output_shape[-1] * self.input_shapes[0][-1]
         return per * (acts + weights)
 
@@ -193,7 +202,7 @@ def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
     on 8-bit tensors, and one after an FP32 layer in FP32."""
     out: list[str] = []
     for t in templates.ops:
-        if t.op_type in WEIGHTED:
+        if t.weighted:
             precision = "fp32"
             if t.module in int8:
                 precision = "int8"
@@ -214,17 +223,32 @@ def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
     a search asks for the same few shapes over and over)."""
     keep = templates.keep(plan)
     precisions = op_precisions(templates, set(int8_layers(plan)))
+    # a registered technique may change an op's shapes (a variant's node) or remove it
+    techniques = [build_technique(name) for name in plan.techniques]
     out = []
     for i, (t, precision) in enumerate(zip(templates.ops, precisions, strict=True)):
-        sparsity = plan.sparsity.get(t.module, 0.0) if t.op_type in WEIGHTED else 0.0
-        memo_key = (i, precision, sparsity, *(keep[g] for g in t.group_names))
+        variant = _variant(t, techniques, plan) if techniques and t.nodes else None
+        if variant == DROPPED:
+            continue
+        source = t if variant is None else templates.variants[variant].by_node.get(t.nodes[0], t)
+        sparsity = plan.sparsity.get(t.module, 0.0) if t.weighted else 0.0
+        memo_key = (i, variant, precision, sparsity, *(keep[g] for g in t.group_names))
         spec = templates.memo.get(memo_key)
         if spec is None:
-            spec = templates.memo[memo_key] = instantiate(t, keep, precision, sparsity)
+            spec = templates.memo[memo_key] = instantiate(source, keep, precision, sparsity)
         out.append(spec)
-    for name in plan.techniques:  # a registered technique may change what runs
-        out = build_technique(name).latency_ops(out, plan)
     return out
+
+
+def _variant(t: OpTemplate, techniques: list[Any], plan: CompressionPlan) -> str | None:
+    """The variant (or ``DROPPED``) the plan's techniques give op ``t``; None: its own."""
+    found = None
+    for technique in techniques:
+        variant = technique.latency_variant(t.nodes[0], plan)
+        if variant == DROPPED:
+            return DROPPED
+        found = variant or found
+    return found
 
 
 def _keep_choices(templates: Templates, space: SearchSpace) -> dict[str, list[int]]:
@@ -247,7 +271,7 @@ def _precisions(templates: Templates, space: SearchSpace) -> list[list[str]]:
     out: list[list[str]] = []
     for t in templates.ops:
         options = ["fp32"]
-        if t.op_type in WEIGHTED:
+        if t.weighted:
             add = t.sources[-1] if "Add" in t.fused and t.sources else None
             if t.module in can:
                 if add is None or (add >= 0 and "int8" in out[add]):
@@ -267,17 +291,18 @@ def _precisions(templates: Templates, space: SearchSpace) -> list[list[str]]:
 def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
     """Every distinct op any plan of ``space`` can produce (deduplicated by key)."""
     choices = _keep_choices(templates, space)
-    precisions = _precisions(templates, space)
     seen: set[str] = set()
-    for t, options in zip(templates.ops, precisions, strict=True):
-        names = t.group_names
-        for combo in itertools.product(*(choices[n] for n in names)):
-            keep = dict(zip(names, combo, strict=True))
-            for precision in options:
-                spec = instantiate(t, keep, precision)
-                if spec.key not in seen:
-                    seen.add(spec.key)
-                    yield spec
+    for graph in (templates, *templates.variants.values()):
+        precisions = _precisions(graph, space)
+        for t, options in zip(graph.ops, precisions, strict=True):
+            names = t.group_names
+            for combo in itertools.product(*(choices[n] for n in names)):
+                keep = dict(zip(names, combo, strict=True))
+                for precision in options:
+                    spec = instantiate(t, keep, precision)
+                    if spec.key not in seen:
+                        seen.add(spec.key)
+                        yield spec
 
 
 def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
@@ -313,7 +338,7 @@ def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
             const("w", rng.standard_normal(shape) * 0.1),
             const("b", rng.standard_normal(fout) * 0.1),
         ]
-    elif spec.op_type == "MatMul":
+    elif spec.op_type == "MatMul" and spec.weighted:
         fin, fout = spec.input_shapes[0][-1], spec.output_shape[-1]
         main_inputs.append(const("w", rng.standard_normal((fin, fout)) * 0.1))
     else:

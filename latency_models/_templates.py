@@ -64,6 +64,8 @@ class TensorT:
     def at(self, keep: Mapping[str, int]) -> tuple[int, ...]:
         if len(self.shape) < 2:
             return self.shape
+        if len(self.shape) == 3:  # a sequence (batch, tokens, features): channels last
+            return (*self.shape[:2], self.channels.value(keep))
         return (self.shape[0], self.channels.value(keep), *self.shape[2:])
 
 
@@ -84,6 +86,8 @@ class OpTemplate:
     nodes: tuple[str, ...] = ()  # ONNX node and output names of the chain (profile matching)
     #: per data input (``inputs`` order), the index of the op producing it; -1: a graph input
     sources: tuple[int, ...] = ()
+    #: a Conv, Gemm or MatMul with a weight initializer (an attention MatMul has none)
+    weighted: bool = False
 
     @functools.cached_property
     def group_names(self) -> tuple[str, ...]:
@@ -100,6 +104,14 @@ class Templates:
     ops: list[OpTemplate]
     group_channels: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (ch, step)
     memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+    #: the graphs of the space's registered techniques' variants (``latency_variants``),
+    #: by variant name: a plan's op takes its shapes from the variant its technique names
+    variants: dict[str, Templates] = field(default_factory=dict)
+
+    @functools.cached_property
+    def by_node(self) -> dict[str, OpTemplate]:
+        """Each op by the name of its ONNX node."""
+        return {t.nodes[0]: t for t in self.ops if t.nodes}
 
     def keep(self, plan: CompressionPlan) -> dict[str, int]:
         """Kept channels of every group under ``plan`` (exactly as ``apply_plan`` keeps them)."""
@@ -107,6 +119,16 @@ class Templates:
             name: kept_channels(ch, plan.prune.get(name, 0.0), math.lcm(plan.round_to, step))
             for name, (ch, step) in self.group_channels.items()
         }
+
+
+def _channels(shape: tuple[int, ...]) -> int:
+    """The channel count of a tensor: axis 1 (NCHW, or features of a 2-D batch), the last
+    axis of a 3-D sequence (batch, tokens, features)."""
+    if not shape:
+        return 1
+    if len(shape) == 3:
+        return shape[-1]
+    return shape[1] if len(shape) > 1 else shape[0]
 
 
 def _attr_value(attr: Any) -> Any:
@@ -126,7 +148,22 @@ def _shape(value_info: Any) -> tuple[int, ...]:
 
 
 def build_templates(model: Any, example_inputs: Any, space: SearchSpace) -> Templates:
-    """Export ``model`` (uncompressed, batch 1) and cut its graph into op templates."""
+    """Export ``model`` (uncompressed, batch 1) and cut its graph into op templates; and
+    the same for each variant of the space's registered techniques (``variants``)."""
+    from frontier.spaces import apply_plan
+
+    templates = templates_from_onnx(_exported(model, example_inputs), space)
+    for technique in space.techniques():
+        for name, plan in technique.latency_variants(space).items():
+            variant = apply_plan(model, plan, example_inputs)
+            # its shapes are its own: not functions of the space's channel groups
+            templates.variants[name] = templates_from_onnx(
+                _exported(variant, example_inputs), space, follow_groups=False
+            )
+    return templates
+
+
+def _exported(model: Any, example_inputs: Any) -> Any:
     import onnx
     from onnx import shape_inference
 
@@ -135,12 +172,14 @@ def build_templates(model: Any, example_inputs: Any, space: SearchSpace) -> Temp
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         export_onnx(model, CompressionPlan(), example_inputs, path)
-        proto = shape_inference.infer_shapes(onnx.load(str(path)))
-    return templates_from_onnx(proto, space)
+        # data propagation: shapes computed in the graph (an attention block's reshapes
+        # to heads) become known too
+        return shape_inference.infer_shapes(onnx.load(str(path)), data_prop=True)
 
 
-def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
-    """Op templates of an ONNX graph exported from the model ``space`` was discovered on."""
+def templates_from_onnx(proto: Any, space: SearchSpace, *, follow_groups: bool = True) -> Templates:
+    """Op templates of an ONNX graph exported from the model ``space`` was discovered on
+    (``follow_groups``: channel counts follow the space's prunable groups)."""
     from onnx import numpy_helper
 
     graph = proto.graph
@@ -159,14 +198,19 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                     values[node.output[0]] = numpy_helper.to_array(a.t)
                     inits[node.output[0]] = tuple(a.t.dims)
     shapes: dict[str, tuple[int, ...]] = {}
+    not_float: set[str] = set()  # token ids, masks: int and bool tensors
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         shapes[vi.name] = _shape(vi)
-    member_of = {m: g.name for g in space.groups for m in g.members}
+        if vi.type.tensor_type.elem_type not in (0, 1):  # 1: FLOAT (0: unknown)
+            not_float.add(vi.name)
+    # tensors that hold shapes (Shape and what is computed from it alone): the graph's
+    # shape arithmetic, which costs nothing worth pricing
+    shape_like: set[str] = set()
+    member_of = {m: g.name for g in space.groups for m in g.members} if follow_groups else {}
     exprs: dict[str, Expr] = {}
     for vi in graph.input:
         if vi.name not in inits:
-            s = shapes[vi.name]
-            exprs[vi.name] = Expr((), s[1] if len(s) > 1 else s[0])
+            exprs[vi.name] = Expr((), _channels(shapes[vi.name]))
     producer: dict[str, int] = {}  # tensor -> index of the op that computes it
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
@@ -177,7 +221,7 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
         shape = shapes.get(name, inits.get(name, ()))
         ch = exprs.get(name)
         if ch is None:
-            ch = Expr((), shape[1] if len(shape) > 1 else (shape[0] if shape else 1))
+            ch = Expr((), _channels(shape))
         return TensorT(shape, ch)
 
     ops: list[OpTemplate] = []
@@ -187,9 +231,27 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
             continue
         attrs = tuple(sorted((a.name, _attr_value(a)) for a in node.attribute))
         data_inputs = [i for i in node.input if i and i not in inits]
-        if node.op_type in _SKIP or not data_inputs:
+        if node.op_type == "Shape" or (
+            data_inputs
+            and all(i in shape_like for i in data_inputs)
+            and all(len(shapes.get(o, (0, 0))) <= 1 for o in node.output)
+        ):
+            shape_like.update(node.output)
+            continue
+        reshape_to = None
+        if node.op_type == "Reshape" and len(data_inputs) == 2 and data_inputs[1] in shape_like:
+            # a shape computed in the graph: the op reshapes to its (known) output shape
+            data_inputs = data_inputs[:1]
+            reshape_to = shapes.get(node.output[0], ())
+        skip = node.op_type in _SKIP or any(
+            t in not_float for t in (*data_inputs, *node.output)
+        )  # int/bool ops: token ids and attention masks, tiny beside the float ops
+        if skip or not data_inputs:
             for out in node.output:
-                if data_inputs and data_inputs[0] in exprs:
+                same_rank = data_inputs and len(shapes.get(data_inputs[0], ())) == len(
+                    shapes.get(out, ())
+                )
+                if same_rank and data_inputs[0] in exprs:
                     exprs[out] = exprs[data_inputs[0]]
                 if data_inputs and data_inputs[0] in producer:
                     producer[out] = producer[data_inputs[0]]
@@ -201,9 +263,10 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
         groups: Expr | None = None
         kernel: tuple[int, ...] = ()
         module = ""
-        if node.op_type in WEIGHTED:
+        weighted = node.op_type in WEIGHTED and node.input[1] in inits
+        if weighted:
             module = onnx_module_name(node.name)
-            weight = inits.get(node.input[1], ())
+            weight = inits[node.input[1]]
             if node.op_type == "Conv":
                 g = int(dict(attrs).get("group", 1))
                 kernel = tuple(weight[2:])
@@ -229,8 +292,8 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                 out_expr = out_expr + tensor(name).channels
         elif node.op_type in ("Flatten", "Reshape") and len(out_shape) == 2 and len(in_t.shape) > 2:
             out_expr = in_t.channels.scale(math.prod(in_t.shape[2:]))
-        elif node.op_type == "Reshape":
-            out_expr = Expr((), out_shape[1] if len(out_shape) > 1 else 1)
+        elif node.op_type in ("Reshape", "Transpose", "MatMul"):
+            out_expr = Expr((), _channels(out_shape) if out_shape else 1)
         else:
             out_expr = in_t.channels
         exprs[out_name] = out_expr
@@ -239,13 +302,15 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
         consts = tuple(
             (pos, tuple(inits[name]), tuple(float(v) for v in values[name].ravel()))
             for pos, name in enumerate(node.input)
-            if node.op_type not in WEIGHTED and name in values
+            if not weighted and name in values
         )
+        if reshape_to is not None:
+            consts = ((1, (len(reshape_to),), tuple(float(v) for v in reshape_to)),)
         fused: list[str] = []
         names = [node.name, *node.output]
         outputs = list(node.output)
         act_attrs: tuple[tuple[str, Any], ...] = ()
-        if node.op_type in WEIGHTED:
+        if weighted:
             # Follow the runtime's fusion: [residual Add] then [activation].
             current = out_name
             for _ in range(2):
@@ -297,7 +362,8 @@ def templates_from_onnx(proto: Any, space: SearchSpace) -> Templates:
                 consts=consts,
                 nodes=tuple(n for n in names if n),
                 sources=tuple(sources),
+                weighted=weighted,
             )
         )
-    group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups}
+    group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups if follow_groups}
     return Templates(ops=ops, group_channels=group_channels)

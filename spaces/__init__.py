@@ -50,6 +50,7 @@ from ._students import (
     student_families,
 )
 from ._techniques import (
+    DROPPED,
     ApplyContext,
     Chooser,
     Distill,
@@ -77,6 +78,7 @@ from ._transformer_prune import LayerDrop, TransformerPrune, encoder_layers
 __all__ = [
     "CNN",
     "CNN_CHANNELS",
+    "DROPPED",
     "IMPORTANCE_CRITERIA",
     "MINILM",
     "MLP",

@@ -4,7 +4,7 @@ that turns its choices into plan data and applies that data to a model.
 A technique says which dimensions it adds to a space (``dimensions``), how a trial's
 choices become plan data (``draw``), what a plan may hold (``validate``), how that data
 changes a model (``apply``) and, optionally, how it changes the ops a latency table
-prices (``latency_ops``). Built-in techniques keep their data in the plan's typed fields
+prices (``latency_variants``). Built-in techniques keep their data in the plan's typed fields
 (``prune``, ``weight_bits`` ...); a registered one keeps it in ``plan.techniques[name]``,
 so adding a technique is one file: a ``Technique`` subclass under ``register_technique``.
 """
@@ -84,10 +84,18 @@ class Technique:
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
         """Change ``model`` (a copy the caller owns) in place as ``plan`` says."""
 
-    def latency_ops(self, ops: list[Any], plan: CompressionPlan) -> list[Any]:
-        """The ops (``frontier.latency_models.OpSpec``) a latency table prices for a
-        model this technique changed: by default the ops of the model without it."""
-        return ops
+    def latency_variants(self, space: SearchSpace) -> dict[str, CompressionPlan]:
+        """Plans that use only this technique, whose exported graphs hold between them
+        every op shape the technique can give a model of ``space`` (none by default: it
+        changes no shape). A latency model exports each once and prices an op of a plan
+        as the same ONNX node of the variant ``latency_variant`` names."""
+        return {}
+
+    def latency_variant(self, node: str, plan: CompressionPlan) -> str | None:
+        """Which of ``latency_variants`` prices the op whose ONNX node is ``node`` under
+        ``plan``: a variant's name, None for the graph without this technique, or
+        ``DROPPED`` when the plan removes the op."""
+        return None
 
     # -- helpers for registered techniques ------------------------------------------------
     def entry(self, plan: CompressionPlan) -> Any:
@@ -98,6 +106,9 @@ class Technique:
         """What ``draw`` returns to put ``entry`` in the plan (nothing for None)."""
         return {} if entry is None else {"techniques": {self.name: entry}}
 
+
+#: ``Technique.latency_variant``'s answer for an op the plan removes
+DROPPED = "dropped"
 
 _TECHNIQUES: Registry[type[Technique]] = Registry("technique")
 

@@ -88,7 +88,8 @@ class EncoderLayer(nn.Module):
             v = self.value(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
             scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
             probs = torch.softmax(scores + bias, dim=-1)
-            context = torch.matmul(probs, v).transpose(1, 2).reshape(b, n, -1)
+            inner = self.heads * self.head_dim
+            context = torch.matmul(probs, v).transpose(1, 2).reshape(b, n, inner)
             x = self.attention_norm(x + self.out(context))
         else:
             x = self.attention_norm(x + self.out.bias)

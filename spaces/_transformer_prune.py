@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
+from ._export import onnx_module_name
 from ._plan import CompressionPlan, PlanError, check_ratio
-from ._techniques import ApplyContext, Chooser, Technique, register_technique
+from ._techniques import DROPPED, ApplyContext, Chooser, Technique, register_technique
 from ._transformer import EncoderLayer, keep_ffn, keep_heads
 
 if TYPE_CHECKING:
@@ -152,6 +153,27 @@ class TransformerPrune(Technique):
                     f"the space has {sorted(layers)}"
                 )
 
+    def latency_variants(self, space: SearchSpace) -> dict[str, CompressionPlan]:
+        """Every encoder layer at one head ratio, and every one at one FFN ratio."""
+        layers = encoder_layers(space)
+        out = {}
+        for kind, ratios in (("heads", self.head_ratios), ("ffn", self.ffn_ratios)):
+            for r in ratios:
+                if r > 0:
+                    entry = {name: {kind: float(r)} for name in layers}
+                    out[f"{kind}={r:g}"] = CompressionPlan(techniques={self.name: entry})
+        return out
+
+    def latency_variant(self, node: str, plan: CompressionPlan) -> str | None:
+        module = onnx_module_name(node)
+        for name, ratios in (self.entry(plan) or {}).items():
+            if module != name and not module.startswith(name + "."):
+                continue
+            ffn = module.removeprefix(name + ".").split(".")[0] in ("ffn_in", "act", "ffn_out")
+            kind = "ffn" if ffn else "heads"
+            return f"{kind}={ratios[kind]:g}" if ratios.get(kind, 0) > 0 else None
+        return None
+
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
         for name, ratios in (self.entry(plan) or {}).items():
             layer = _encoder(model, name, self.name)
@@ -205,6 +227,13 @@ class LayerDrop(Technique):
                 raise PlanError(f"techniques.layer-drop: {name!r} is not an encoder layer")
         if len(dropped) >= len(layers):
             raise PlanError("techniques.layer-drop: at least one encoder layer must stay")
+
+    def latency_variant(self, node: str, plan: CompressionPlan) -> str | None:
+        module = onnx_module_name(node)
+        for name in self.entry(plan) or []:
+            if module == name or module.startswith(name + "."):
+                return DROPPED
+        return None
 
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
         for name in self.entry(plan) or []:

@@ -1,0 +1,68 @@
+"""Latency tables for text models: the ops a plan of heads, FFN widths, dropped layers
+and INT8 is priced with are exactly the ops of the compressed model's own ONNX graph."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnxruntime as ort
+import pytest
+import torch
+
+from frontier.latency_models import build_onnx, enumerate_ops, plan_ops
+from frontier.latency_models._templates import build_templates
+from frontier.spaces import (
+    CompressionPlan,
+    SpaceOptions,
+    TextTransformer,
+    TransformerShape,
+    apply_plan,
+    discover,
+)
+
+SHAPE = TransformerShape(
+    vocab_size=50,
+    max_positions=12,
+    hidden=32,
+    heads=(4, 4, 4),
+    ffn=(64, 64, 64),
+    head_dim=8,
+    num_classes=3,
+)
+OPTIONS = {"prune_ratios": (0.0,), "weight_bits": (8, 32), "act_bits": (8, 32)}
+
+
+@pytest.fixture(scope="module")
+def text() -> tuple:
+    torch.manual_seed(0)
+    model = TextTransformer(SHAPE).eval()
+    ids = torch.randint(1, 50, (1, 12))
+    techniques = {"transformer-prune": {}, "layer-drop": {}}
+    space = discover(model, ids, SpaceOptions(**OPTIONS, techniques=techniques))
+    return model, ids, space, build_templates(model, ids, space)
+
+
+def test_a_plan_is_priced_with_the_ops_its_model_runs(text) -> None:
+    model, ids, space, templates = text
+    assert len(templates.variants) == 6  # 3 head ratios and 3 FFN ratios
+    for seed in range(8):
+        plan = space.sample(seed)
+        predicted = Counter(o.key for o in plan_ops(templates, plan))
+        compressed = apply_plan(model, plan, ids)
+        own = build_templates(compressed, ids, discover(compressed, ids, SpaceOptions(**OPTIONS)))
+        bits = CompressionPlan(weight_bits=plan.weight_bits, act_bits=plan.act_bits)
+        assert predicted == Counter(o.key for o in plan_ops(own, bits)), plan.techniques
+
+
+def test_every_op_a_plan_can_run_is_enumerated_and_builds(text) -> None:
+    _, _, space, templates = text
+    enumerated = {o.key: o for o in enumerate_ops(templates, space)}
+    for seed in range(8):
+        assert {o.key for o in plan_ops(templates, space.sample(seed))} <= set(enumerated)
+    kinds = {o.op_type for o in enumerated.values()}
+    assert {"MatMul", "Softmax", "LayerNormalization", "Erf", "Transpose", "Reshape"} <= kinds
+    attention = [o for o in enumerated.values() if o.op_type == "MatMul" and not o.weighted]
+    assert attention and all(o.kind == "matmul" for o in attention)
+    for spec in [*attention[:2], next(o for o in enumerated.values() if o.op_type == "Softmax")]:
+        session = ort.InferenceSession(build_onnx(spec).SerializeToString())
+        assert [i.shape for i in session.get_inputs()] == [list(s) for s in spec.input_shapes]
