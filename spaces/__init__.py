@@ -7,6 +7,7 @@ compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deploy
 
 from ._apply import ApplyError, apply_plan, kept_channels, swap_activations
 from ._cost import Cost, LayerCost, count_macs, model_cost
+from ._embedding_quant import EmbeddingQuant, QuantEmbedding
 from ._export import (
     ExportResult,
     export_onnx,
@@ -96,12 +97,14 @@ __all__ = [
     "Distill",
     "DistillOptions",
     "DistillSpec",
+    "EmbeddingQuant",
     "ExportResult",
     "LayerCost",
     "LayerDrop",
     "LayerGroup",
     "PlanError",
     "Prune",
+    "QuantEmbedding",
     "QuantLayer",
     "Quantize",
     "Registry",

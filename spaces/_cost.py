@@ -42,8 +42,8 @@ class Cost:
     """The cost of a whole model under a plan; per-layer rows in ``layers``.
 
     ``other_params``/``other_bytes`` are parameters outside quantizable layers (batch
-    norm, embeddings), stored as FP32; ``other_macs`` are MACs outside them (functional
-    matmuls), priced at 32x32 bits in ``bops``. Unstructured sparsity does not shrink
+    norm, embeddings), at their stored size; ``other_macs`` are MACs outside them
+    (functional matmuls), priced at 32x32 bits in ``bops``. Unstructured sparsity does not shrink
     ``size_bytes`` or ``macs`` (dense storage and kernels); ``nonzero_weights`` counts
     what a sparse format or kernel could exploit.
     """
@@ -99,8 +99,9 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
 
     Size counts each quantized weight at its bit width plus an FP32 scale and an 8-bit
     zero point per output channel, biases as 32-bit (16-bit under FP16 weights), one
-    scale/zero-point pair per quantized input activation, and every other parameter as
-    FP32. BOPs are MACs x weight bits x activation bits.
+    scale/zero-point pair per quantized input activation, and every other parameter at
+    its stored size (FP32, or INT8 for ``embedding-quant``'s tables). BOPs are MACs x
+    weight bits x activation bits.
 
     Args:
         model: the (compressed) model.
@@ -144,17 +145,18 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
     all_params = {id(p): p for p in model.parameters()}
     other = [p for key, p in all_params.items() if key not in seen]
     other_params = sum(p.numel() for p in other)
+    other_bytes = sum(p.numel() * p.element_size() for p in other)
     layer_macs_total = sum(layer.macs for layer in layers)
     total_macs = macs.get("", layer_macs_total)
     other_macs = max(0, total_macs - layer_macs_total)
     return Cost(
         params=sum(p.numel() for p in all_params.values()),
-        size_bytes=sum(layer.size_bytes for layer in layers) + 4 * other_params,
+        size_bytes=sum(layer.size_bytes for layer in layers) + other_bytes,
         macs=total_macs,
         bops=sum(layer.bops for layer in layers) + other_macs * 32 * 32,
         layers=tuple(layers),
         other_params=other_params,
-        other_bytes=4 * other_params,
+        other_bytes=other_bytes,
         other_macs=other_macs,
         nonzero_weights=sum(layer.nonzero_weights for layer in layers),
     )

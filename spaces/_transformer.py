@@ -116,7 +116,7 @@ class TextTransformer(nn.Module):
         self.classifier = nn.Linear(shape.hidden, shape.num_classes)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        mask = (input_ids != self.pad_id).to(self.word.weight.dtype)
+        mask = (input_ids != self.pad_id).to(self.norm.weight.dtype)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.norm(self.word(input_ids) + self.position(positions)[None])
         bias = ((1.0 - mask) * -10000.0)[:, None, None, :]
