@@ -184,9 +184,23 @@ def train_idx_model(
 
 
 def _bar(total: int, label: str) -> Any:
-    """``update(done)``: a rich bar on a terminal, nothing otherwise (epoch lines are)."""
+    """``update(done)``: a rich bar on a terminal; elsewhere (a log, CI) a line at every
+    tenth of the steps with the time spent and the time left."""
     if not sys.stderr.isatty():
-        return lambda done: None
+        start = time.perf_counter()
+        marks = {max(1, round(total * k / 10)) for k in range(1, 10)}
+
+        def log(done: int) -> None:
+            if done in marks:
+                spent = time.perf_counter() - start
+                print(
+                    f"{label or 'training'}: {done}/{total} steps, {spent:.0f} s, "
+                    f"about {spent * (total - done) / done:.0f} s left",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+        return log
     from rich.progress import Progress
 
     progress = Progress(transient=True)

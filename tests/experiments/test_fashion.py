@@ -60,3 +60,18 @@ def test_without_the_data_the_error_says_how_to_install_it(tmp_path: Path) -> No
     task = build_task("fashion-mnist", root=str(tmp_path / "half"))
     with pytest.raises(TaskError, match="no train-labels-idx1-ubyte"):
         task.splits()
+
+
+def test_training_progress_reaches_a_log(capsys) -> None:
+    """Off a terminal (a log file, CI), long training still says how far it is."""
+    from frontier.experiments._fashion import _bar
+
+    update = _bar(200, "baseline")
+    for step in range(1, 201):
+        update(step)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 9
+    assert lines[0].startswith("baseline: 20/200 steps") and lines[-1].startswith(
+        "baseline: 180/200"
+    )
+    assert all("s left" in line for line in lines)
