@@ -289,3 +289,48 @@ def test_mobilenetv2_runs_on_fashion_mnist_with_real_accuracy_by_default(
     base = result.study.user_attrs["frontier.baseline"]
     assert 0 < base["accuracy"] <= 1 and base["macs"] > 1e6  # a trained 28x28 MobileNetV2
     assert (trials.feasible == (trials.macs <= 0.6 * base["macs"])).all()
+
+
+def test_text_student_finds_students_under_its_accuracy_constraint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The built-in text scenario, on a tiny generated corpus and BERT: listed, searched
+    with every technique it names, and judged against 95% of the teacher's accuracy."""
+    from tests.experiments.texts import write_bert, write_corpus
+
+    assert main(["experiments", "list"]) == 0
+    assert "text-student" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path / "cache"))
+    config = load_config("text-student").override(
+        {
+            "task.options": {
+                "csv": str(write_corpus(tmp_path / "corpus.csv", rows=300)),
+                "model_dir": str(write_bert(tmp_path / "bert")),
+                "length": 16,
+                "epochs": 12,
+                "lr": 3e-3,
+            },
+            "objectives": [
+                {"name": "accuracy", "options": {"steps": 4, "full_factor": 2, "lr": 1e-3}},
+                "latency_ms@local-cpu",
+                "size_bytes",
+            ],
+            "search.trials": 6,
+            "search.population": 3,
+            "search.fidelity.promote": 1.0,
+            "backend.workers": 1,
+            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+        }
+    )
+    result = run(config, progress=False)
+    trials = result.trials[result.trials.state == "complete"]
+    assert len(trials) == 6 and "full" in set(trials.rung)
+    base = result.study.user_attrs["frontier.baseline"]
+    assert base["accuracy"] > 0.6  # the tiny teacher learnt the sentiment words
+    assert (trials.feasible == (trials.accuracy >= 0.95 * base["accuracy"])).all()
+    plans = [t.user_attrs["plan"]["techniques"] for t in result.study.trials]
+    used = {name for p in plans for name in p}
+    assert used >= {"transformer-prune", "layer-drop", "embedding-quant"}
+    assert (trials.size_bytes < base["size_bytes"]).any()
