@@ -74,7 +74,8 @@ def search_section(task: dict[str, Any]) -> list[str]:
         {
             "method@trials": labels,
             **{
-                f"HV seed {seed}": [task["hv"][k][i] for k in labels]
+                # a method stopped early has fewer seeds (an empty cell)
+                f"HV seed {seed}": [(task["hv"][k][i:] or [None])[0] for k in labels]
                 for i, seed in enumerate(task["seeds"])
             },
             "median HV": [task["median"][k] for k in labels],
