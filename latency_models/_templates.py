@@ -299,10 +299,16 @@ def templates_from_onnx(proto: Any, space: SearchSpace, *, follow_groups: bool =
         exprs[out_name] = out_expr
         inputs = [tensor(name) for name in data_inputs]
         sources = [producer.get(name, -1) for name in data_inputs]
+        # a weightless op's constant inputs: small ones by value, larger ones (a
+        # LayerNorm's scale and bias) by shape only, their values drawn when built
         consts = tuple(
-            (pos, tuple(inits[name]), tuple(float(v) for v in values[name].ravel()))
+            (
+                pos,
+                tuple(inits[name]),
+                tuple(float(v) for v in values[name].ravel()) if name in values else (),
+            )
             for pos, name in enumerate(node.input)
-            if not weighted and name in values
+            if not weighted and (name in values or name in inits)
         )
         if reshape_to is not None:
             consts = ((1, (len(reshape_to),), tuple(float(v) for v in reshape_to)),)

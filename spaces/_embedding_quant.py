@@ -10,8 +10,10 @@ and the ONNX export stores them as INT8 initializers (a ``Gather`` of INT8 rows,
 ``Cast`` and a ``Mul`` by the gathered row scales). The rows are frozen from then on;
 fine-tuning trains the rest of the model.
 
-Latency tables price a quantized lookup as the FP32 ``Gather`` it replaces: the INT8
-lookup adds a ``Cast`` and a ``Mul`` on ``[length, hidden]`` values, a few microseconds.
+Latency tables leave embedding lookups out either way (a ``Gather`` takes integer
+ids, and the graph's integer ops are not priced); the INT8 lookup adds a ``Cast`` and a
+``Mul`` on ``[length, hidden]`` values, a few microseconds, which the calibration on
+whole models absorbs.
 
 Plan data: ``{"embedding-quant": 8}`` (absent: FP32 tables).
 """

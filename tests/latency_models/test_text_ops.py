@@ -23,10 +23,10 @@ from frontier.spaces import (
 SHAPE = TransformerShape(
     vocab_size=50,
     max_positions=12,
-    hidden=32,
+    hidden=96,  # above 64: LayerNorm scales and biases are large constants
     heads=(4, 4, 4),
     ffn=(64, 64, 64),
-    head_dim=8,
+    head_dim=24,
     num_classes=3,
 )
 OPTIONS = {"prune_ratios": (0.0,), "weight_bits": (8, 32), "act_bits": (8, 32)}
@@ -63,6 +63,13 @@ def test_every_op_a_plan_can_run_is_enumerated_and_builds(text) -> None:
     assert {"MatMul", "Softmax", "LayerNormalization", "Erf", "Transpose", "Reshape"} <= kinds
     attention = [o for o in enumerated.values() if o.op_type == "MatMul" and not o.weighted]
     assert attention and all(o.kind == "matmul" for o in attention)
-    for spec in [*attention[:2], next(o for o in enumerated.values() if o.op_type == "Softmax")]:
+    for spec in enumerated.values():
+        build_onnx(spec)  # a valid model (onnx's checker), every one
+    norm = next(o for o in enumerated.values() if o.op_type == "LayerNormalization")
+    for spec in [
+        *attention[:2],
+        norm,
+        next(o for o in enumerated.values() if o.op_type == "Softmax"),
+    ]:
         session = ort.InferenceSession(build_onnx(spec).SerializeToString())
         assert [i.shape for i in session.get_inputs()] == [list(s) for s in spec.input_shapes]
