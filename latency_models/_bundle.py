@@ -29,7 +29,15 @@ from frontier.spaces import (
     swap_activations,
 )
 
-from ._ops import INT8_FP32_ADD, OpSpec, build_onnx, enumerate_ops, identity_model, plan_ops
+from ._ops import (
+    INT8_FP32_ADD,
+    OpSpec,
+    build_onnx,
+    enumerate_ops,
+    identity_model,
+    plan_op_nodes,
+    plan_ops,
+)
 from ._table import MIN_CALIBRATION_MODELS
 from ._templates import Templates, build_templates
 from ._transfer import few_shot_ops
@@ -410,7 +418,7 @@ def write_bundle(
                         "seed": seed0 + i,
                         "plan": plan.to_dict(),
                         "op_keys": [o.key for o in plan_ops(found.templates[arch], plan)],
-                        "op_nodes": [list(t.nodes) for t in found.templates[arch].ops],
+                        "op_nodes": plan_op_nodes(found.templates[arch], plan),
                         **weights,
                     }
                 )

@@ -218,18 +218,26 @@ def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
     return out
 
 
+def _plan_templates(
+    templates: Templates, plan: CompressionPlan
+) -> Iterator[tuple[int, OpTemplate, str | None, str]]:
+    """(index, template, variant, precision) of each op a model compressed by ``plan``
+    runs: the ops a registered technique removes are left out."""
+    precisions = op_precisions(templates, set(int8_layers(plan)))
+    # a registered technique may change an op's shapes (a variant's node) or remove it
+    techniques = [build_technique(name) for name in plan.techniques]
+    for i, (t, precision) in enumerate(zip(templates.ops, precisions, strict=True)):
+        variant = _variant(t, techniques, plan) if techniques and t.nodes else None
+        if variant != DROPPED:
+            yield i, t, variant, precision
+
+
 def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
     """The ops a model compressed by ``plan`` runs (memoized per template and shape, since
     a search asks for the same few shapes over and over)."""
     keep = templates.keep(plan)
-    precisions = op_precisions(templates, set(int8_layers(plan)))
-    # a registered technique may change an op's shapes (a variant's node) or remove it
-    techniques = [build_technique(name) for name in plan.techniques]
     out = []
-    for i, (t, precision) in enumerate(zip(templates.ops, precisions, strict=True)):
-        variant = _variant(t, techniques, plan) if techniques and t.nodes else None
-        if variant == DROPPED:
-            continue
+    for i, t, variant, precision in _plan_templates(templates, plan):
         source = t if variant is None else templates.variants[variant].by_node.get(t.nodes[0], t)
         sparsity = plan.sparsity.get(t.module, 0.0) if t.weighted else 0.0
         memo_key = (i, variant, precision, sparsity, *(keep[g] for g in t.group_names))
@@ -238,6 +246,12 @@ def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
             spec = templates.memo[memo_key] = instantiate(source, keep, precision, sparsity)
         out.append(spec)
     return out
+
+
+def plan_op_nodes(templates: Templates, plan: CompressionPlan) -> list[list[str]]:
+    """The ONNX node names of each op ``plan_ops`` gives, in the same order (what a
+    profile of the compressed model is split by)."""
+    return [list(t.nodes) for _, t, _, _ in _plan_templates(templates, plan)]
 
 
 def _variant(t: OpTemplate, techniques: list[Any], plan: CompressionPlan) -> str | None:

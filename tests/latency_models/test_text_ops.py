@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from frontier.latency_models import build_onnx, enumerate_ops, plan_ops
+from frontier.latency_models._ops import plan_op_nodes
 from frontier.latency_models._templates import build_templates
 from frontier.spaces import (
     CompressionPlan,
@@ -73,3 +74,19 @@ def test_every_op_a_plan_can_run_is_enumerated_and_builds(text) -> None:
     ]:
         session = ort.InferenceSession(build_onnx(spec).SerializeToString())
         assert [i.shape for i in session.get_inputs()] == [list(s) for s in spec.input_shapes]
+
+
+def test_a_plans_op_names_line_up_with_its_ops(text) -> None:
+    """A profile of a compressed model is split by these names: one list per priced op,
+    none from a dropped layer."""
+    _, _, space, templates = text
+    for seed in range(8):
+        plan = space.sample(seed)
+        names = plan_op_nodes(templates, plan)
+        assert len(names) == len(plan_ops(templates, plan))
+        for layer in plan.techniques.get("layer-drop", []):
+            assert not any(f"/{layer}/" in n for op in names for n in op)
+    dropped = next(
+        space.sample(s) for s in range(50) if space.sample(s).techniques.get("layer-drop")
+    )
+    assert len(plan_op_nodes(templates, dropped)) < len(templates.ops)
