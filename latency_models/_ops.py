@@ -359,10 +359,11 @@ def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
         main_inputs = [f"x{i}" for i in range(len(spec.input_shapes))]
         for pos, dims, values in spec.consts:
             name = f"c{pos}"
+            array: np.ndarray[Any, Any]
             if values:
                 array = np.array(values, dtype=np.float32).reshape(dims)
             else:  # a large constant (a LayerNorm's scale): its shape is what costs
-                array = 1.0 + rng.standard_normal(dims) * 0.1
+                array = (1.0 + rng.standard_normal(dims) * 0.1).astype(np.float32)
             if spec.op_type == "Reshape" and pos == 1:
                 array = np.array(spec.output_shape, dtype=np.int64)
                 inits.append(numpy_helper.from_array(array, name))
