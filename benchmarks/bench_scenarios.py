@@ -17,7 +17,8 @@ Writes ``benchmarks/report-logs/scenarios.json``: a list of objects, one per sce
 ``baseline`` ``latency_measured_ms`` too; ``text-student`` also ``teacher_accuracy``),
 the targets and whether they were met.
 
-Run: python benchmarks/bench_scenarios.py [--scenarios mobilenetv2-flops40 resnet50-edge]
+Run: python benchmarks/bench_scenarios.py [--scenarios NAME ...]   (default: mobilenetv2-flops40
+     resnet50-edge text-student)
      [--set KEY=VALUE ...] [--json benchmarks/report-logs/scenarios.json]
 """
 
@@ -219,7 +220,9 @@ def main() -> None:
     from frontier.search.cli import _settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", nargs="+", default=["mobilenetv2-flops40", "resnet50-edge"])
+    parser.add_argument(
+        "--scenarios", nargs="+", default=["mobilenetv2-flops40", "resnet50-edge", "text-student"]
+    )
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--json", default=str(HERE / "report-logs" / "scenarios.json"))
     args = parser.parse_args()

@@ -39,8 +39,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "evaluators": ("bench_evaluators.py", [], ["--plans", "10"]),
     # the latency targets are for 50 plans and the default calibration: quick or not
     "latency": ("bench_latency.py", [], []),
-    # the image scenarios on Fashion-MNIST, answered and re-measured (scenarios.json);
-    # the first run trains their baselines (about 15 and 25 minutes here)
+    # the scenarios on real data (Fashion-MNIST, tweets), answered and re-measured
+    # (scenarios.json); the first run trains their baselines (about 15, 25 and 12 minutes)
     "scenarios": (
         "bench_scenarios.py",
         [],
@@ -517,8 +517,8 @@ def _scenario_extra(name: str, trials: pd.DataFrame, s: dict[str, Any], out: Pat
 
 
 def real_scenarios_section(rows: list[dict[str, Any]]) -> list[str]:
-    """The image scenarios on real data (``scenarios.json``): the FP32 baseline and the
-    member each scenario's question picks, its latency measured again beside the
+    """The scenarios on real data (``scenarios.json``): the FP32 baseline (the teacher)
+    and the member each scenario's question picks, its latency measured again beside the
     baseline's, and each target met or missed."""
     if not rows:
         return []
@@ -548,11 +548,13 @@ def real_scenarios_section(rows: list[dict[str, Any]]) -> list[str]:
             }
         )
     lines = [
-        "### The image scenarios on Fashion-MNIST (`benchmarks/bench_scenarios.py`)",
+        "### The scenarios on real data (`benchmarks/bench_scenarios.py`)",
         "",
-        "Real test accuracy (ONNX Runtime on the exported models), the picked member is "
-        "the most accurate feasible one at the full rung; latencies measured again, "
-        "baseline and picked side by side, 1 thread, batch 1.",
+        "Real test accuracy (ONNX Runtime on the exported models). The picked member is "
+        "the most accurate feasible one at the full rung (text-student: the fastest "
+        "feasible one, its question being the fastest student keeping 95% of the "
+        "teacher); latencies measured again, baseline and picked side by side, 1 thread, "
+        "batch 1.",
         "",
         md_table(pd.DataFrame(table), 3),
         "",
