@@ -319,6 +319,10 @@ def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
                         yield spec
 
 
+#: ops whose constant inputs are int64 (shapes, axes, repeats); a Reduce op's axes too
+_INT_CONST_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Expand", "Tile")
+
+
 def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
     """A one-kernel FP32 ONNX model of ``spec`` (random weights), as an onnx ModelProto."""
     import onnx
@@ -367,7 +371,7 @@ def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
             if spec.op_type == "Reshape" and pos == 1:
                 array = np.array(spec.output_shape, dtype=np.int64)
                 inits.append(numpy_helper.from_array(array, name))
-            elif spec.op_type in ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Expand", "Tile"):
+            elif spec.op_type in _INT_CONST_OPS or (spec.op_type.startswith("Reduce") and pos == 1):
                 inits.append(numpy_helper.from_array(array.astype(np.int64), name))
             else:
                 const(name, array)

@@ -294,6 +294,12 @@ def templates_from_onnx(proto: Any, space: SearchSpace, *, follow_groups: bool =
             out_expr = in_t.channels.scale(math.prod(in_t.shape[2:]))
         elif node.op_type in ("Reshape", "Transpose", "MatMul"):
             out_expr = Expr((), _channels(out_shape) if out_shape else 1)
+        elif (
+            node.op_type.startswith("Reduce")
+            and out_shape
+            and _channels(out_shape) != _channels(in_t.shape)
+        ):  # reduced over the channel axis (a mask's token count): a constant
+            out_expr = Expr((), _channels(out_shape))
         else:
             out_expr = in_t.channels
         exprs[out_name] = out_expr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
@@ -64,16 +65,12 @@ def test_every_op_a_plan_can_run_is_enumerated_and_builds(text) -> None:
     assert {"MatMul", "Softmax", "LayerNormalization", "Erf", "Transpose", "Reshape"} <= kinds
     attention = [o for o in enumerated.values() if o.op_type == "MatMul" and not o.weighted]
     assert attention and all(o.kind == "matmul" for o in attention)
-    for spec in enumerated.values():
-        build_onnx(spec)  # a valid model (onnx's checker), every one
-    norm = next(o for o in enumerated.values() if o.op_type == "LayerNormalization")
-    for spec in [
-        *attention[:2],
-        norm,
-        next(o for o in enumerated.values() if o.op_type == "Softmax"),
-    ]:
+    assert {"ReduceSum", "Div"} <= kinds  # the masked mean pooling
+    for spec in enumerated.values():  # every one loads and runs: none left to a fallback
         session = ort.InferenceSession(build_onnx(spec).SerializeToString())
         assert [i.shape for i in session.get_inputs()] == [list(s) for s in spec.input_shapes]
+        feeds = {i.name: np.ones(i.shape, dtype=np.float32) for i in session.get_inputs()}
+        assert list(session.run(None, feeds)[0].shape) == list(spec.output_shape), spec.key
 
 
 def test_a_plans_op_names_line_up_with_its_ops(text) -> None:
