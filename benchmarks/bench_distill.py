@@ -7,7 +7,12 @@ and alpha, and scores the validation split every ``--every`` steps, then the tes
 The optimizer restarts at each checkpoint; the data order follows the checkpoint's seed.
 
 Run: python benchmarks/bench_distill.py text-student --plan PLAN.json [--steps 1800]
-    [--every 300] [--lr 1e-4] [--batch-size 32] [--json OUT.json]
+    [--every 300] [--lr 1e-4] [--batch-size 32] [--measure] [--json OUT.json]
+
+With ``--measure``, the distilled student and the teacher are exported to ONNX (INT8
+where the plan quantises) and their latency measured side by side (ONNX Runtime, 1
+thread, batch 1, 5 sessions, against this machine's local-cpu table's reference model),
+with the student's size as its cost model counts it beside the teacher's.
 
 ``PLAN.json`` holds a plan as ``frontier pick`` writes it (``plan.json``);
 ``benchmarks/report-logs/plan-text-halved.json`` is the halved text student of REPORT.md.
@@ -21,6 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -36,6 +42,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--measure", action="store_true", help="measure ONNX latency too")
     parser.add_argument("--json", type=Path, default=None, help="write the curve here")
     args = parser.parse_args()
     if args.steps < 1 or args.every < 1:
@@ -82,11 +89,23 @@ def main() -> None:
     test = measure_accuracy(student, loaders.test, task.metric)
     teacher_test = measure_accuracy(teacher, loaders.test, task.metric)
     print(f"test {test:.4f} (teacher {teacher_test:.4f}, {test / teacher_test:.1%} of it)")
+    measured: dict[str, float] = {}
+    if args.measure:
+        measured = _measure(teacher, student, plan, task, context, config)
+        print(
+            f"latency {measured['student_latency_ms']:.2f} ms against the teacher's "
+            f"{measured['teacher_latency_ms']:.2f} ms "
+            f"({measured['teacher_latency_ms'] / measured['student_latency_ms']:.2f}x); size "
+            f"{measured['student_size_bytes'] / 1e6:.1f} MB against "
+            f"{measured['teacher_size_bytes'] / 1e6:.1f} MB "
+            f"({measured['teacher_size_bytes'] / measured['student_size_bytes']:.2f}x)"
+        )
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
                     "experiment": config.name,
+                    **measured,
                     "plan": plan.to_dict(),
                     "lr": args.lr,
                     "batch_size": args.batch_size,
@@ -98,6 +117,34 @@ def main() -> None:
             )
             + "\n"
         )
+
+
+def _measure(
+    teacher: Any, student: Any, plan: Any, task: Any, context: Any, config: Any
+) -> dict[str, float]:
+    """Both models exported and measured side by side; sizes from the cost model."""
+    import tempfile
+    import warnings
+
+    from frontier.latency_models import DeviceStore, measure_models
+    from frontier.spaces import CompressionPlan, export_onnx, model_cost
+
+    example = task.example_inputs()
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        paths = [Path(tmp) / "teacher.onnx", Path(tmp) / "student.onnx"]
+        export_onnx(teacher, CompressionPlan(), example, paths[0])
+        export_onnx(student, plan, example, paths[1], calibration_data=context.calibration())
+        reference = DeviceStore(config.device_store).load("local-cpu").reference("model")
+        latency = measure_models(
+            [p.read_bytes() for p in paths], threads=1, reference=reference, sessions=5
+        )
+    return {
+        "teacher_latency_ms": latency[0],
+        "student_latency_ms": latency[1],
+        "teacher_size_bytes": float(model_cost(teacher, CompressionPlan(), example).size_bytes),
+        "student_size_bytes": float(model_cost(student, plan, example).size_bytes),
+    }
 
 
 if __name__ == "__main__":
