@@ -30,8 +30,6 @@ from typing import Any
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -57,11 +55,12 @@ def main() -> None:
     config = load_config(args.experiment)
     task = build_task(config.task.name, **config.task.options)
     teacher = task.baseline()
-    space = discover(teacher, task.example_inputs(), config.space)
+    example = task.example_inputs()
+    space = discover(teacher, example, config.space)
     try:
         data = json.loads(args.plan.read_text())
         plan = CompressionPlan.from_dict(data.get("plan", data), space=space)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, AttributeError) as err:
         sys.exit(f"{args.plan}: {err}")
     context = EvalContext(task=task, teacher=teacher, seed=config.search.seed)
     student = copy.deepcopy(context.compressed(Candidate(plan)))
@@ -91,7 +90,7 @@ def main() -> None:
     print(f"test {test:.4f} (teacher {teacher_test:.4f}, {test / teacher_test:.1%} of it)")
     measured: dict[str, float] = {}
     if args.measure:
-        measured = _measure(teacher, student, plan, task, context, config)
+        measured = _measure(teacher, student, plan, example, context, config)
         print(
             f"latency {measured['student_latency_ms']:.2f} ms against the teacher's "
             f"{measured['teacher_latency_ms']:.2f} ms "
@@ -120,25 +119,23 @@ def main() -> None:
 
 
 def _measure(
-    teacher: Any, student: Any, plan: Any, task: Any, context: Any, config: Any
+    teacher: Any, student: Any, plan: Any, example: Any, context: Any, config: Any
 ) -> dict[str, float]:
-    """Both models exported and measured side by side; sizes from the cost model."""
+    """Both models exported and measured side by side (as ``bench_scenarios`` measures a
+    pick beside its baseline); sizes from the cost model."""
     import tempfile
     import warnings
 
-    from frontier.latency_models import DeviceStore, measure_models
+    from bench_scenarios import measure_side_by_side
+
     from frontier.spaces import CompressionPlan, export_onnx, model_cost
 
-    example = task.example_inputs()
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         paths = [Path(tmp) / "teacher.onnx", Path(tmp) / "student.onnx"]
         export_onnx(teacher, CompressionPlan(), example, paths[0])
         export_onnx(student, plan, example, paths[1], calibration_data=context.calibration())
-        reference = DeviceStore(config.device_store).load("local-cpu").reference("model")
-        latency = measure_models(
-            [p.read_bytes() for p in paths], threads=1, reference=reference, sessions=5
-        )
+        latency = measure_side_by_side(paths, config.device_store, "local-cpu")
     return {
         "teacher_latency_ms": latency[0],
         "student_latency_ms": latency[1],

@@ -109,8 +109,21 @@ def onnx_accuracy(path: Path, x: Any, y: Any) -> float:
     return float(np.mean(np.array(preds) == y.numpy()))
 
 
-def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:
+def measure_side_by_side(paths: list[Path], store: Any, device: str) -> list[float]:
+    """Whole-model latency (ms) of each ONNX file, measured side by side on a ``local-cpu``
+    device's threads against its stored table's reference model, 5 sessions."""
     from frontier.latency_models import DeviceStore, measure_models
+
+    reference = DeviceStore(store).load(device).reference("model")
+    threads = 1 if device == "local-cpu" else int(device.removeprefix("local-cpu-")[:-1])
+    return list(
+        measure_models(
+            [p.read_bytes() for p in paths], threads=threads, reference=reference, sessions=5
+        )
+    )
+
+
+def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:
     from frontier.search import Evaluation, front_frame, load_config, run
     from frontier.search.cli import main as cli
     from frontier.spaces import CompressionPlan, export_onnx
@@ -168,14 +181,7 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
         except Exception:
             evaluation.export(plan, rung_index, picked_path)
             source = "exported again"
-        reference = DeviceStore(config.device_store).load(device).reference("model")
-        threads = 1 if device == "local-cpu" else int(device.removeprefix("local-cpu-")[:-1])
-        measured = measure_models(
-            [teacher_path.read_bytes(), picked_path.read_bytes()],
-            threads=threads,
-            reference=reference,
-            sessions=5,
-        )
+        measured = measure_side_by_side([teacher_path, picked_path], config.device_store, device)
         baseline["latency_measured_ms"] = measured[0]
         split = "test" if row.rung == "full" else "val"
         picked = {
