@@ -158,6 +158,9 @@ class FidelitySection(_Section):
 
     rungs: list[Literal["proxy", "short", "full"]] = Field(default=["short", "full"], min_length=1)
     promote: float = Field(default=0.25, gt=0, le=1)
+    #: below the top rung, a plan missing an accuracy constraint by at most this share
+    #: of its bound may still be promoted (the front keeps the constraint)
+    slack: float = Field(default=0.0, ge=0, lt=1)
 
     @field_validator("rungs")
     @classmethod

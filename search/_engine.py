@@ -87,7 +87,8 @@ class Search:
         self.initial = list(initial or [])
         self.sampler = sampler
         self.sampler_name = config.search.sampler if sampler is None else type(sampler).__name__
-        self.promotion = promotion or SpreadPromotion(share=self.config.search.fidelity.promote)
+        fidelity = self.config.search.fidelity
+        self.promotion = promotion or SpreadPromotion(share=fidelity.promote, slack=fidelity.slack)
         self.tracking = MlflowCallback(
             uri=self.config.tracking.uri,
             experiment=self.config.tracking.experiment or self.config.name,

@@ -196,6 +196,7 @@ class MlflowCallback(Callback):
                 "trials": cfg.search.trials,
                 "rungs": ",".join(evaluation.rungs),
                 "promote": cfg.search.fidelity.promote,
+                "promote_slack": cfg.search.fidelity.slack,
                 "backend": cfg.backend.kind,
                 "task": cfg.task.name,
             },

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ._config import Constraint
 from ._front import Front
 
 
@@ -23,20 +24,40 @@ class SpreadPromotion(Promotion):
     """At each rung, a ``share`` of that rung's front goes up, spread evenly along the
     first objective (so the cheap and the accurate ends both get re-measured).
 
+    A cheap rung underestimates accuracy (a small student distilled for a few steps has
+    not recovered yet), so a plan that misses an accuracy constraint there by at most
+    ``slack`` of the bound still counts for promotion; the front itself keeps the
+    constraint, measured at the plan's highest rung.
+
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
+        slack: how far below (or above, for ``<=``) an accuracy bound a plan may be at a
+            rung below the top and still be promoted, as a share of the bound, in [0, 1).
     """
 
-    def __init__(self, *, share: float) -> None:
+    def __init__(self, *, share: float, slack: float = 0.0) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share=}")
+        if not 0 <= slack < 1:
+            raise ValueError(f"slack must be in [0, 1), got {slack=}")
         self.share = share
+        self.slack = slack
+
+    def _candidates(self, front: Front) -> Front:
+        """The front with its accuracy constraints loosened by ``slack``."""
+        if not self.slack:
+            return front
+        loose = [
+            _loosen(c, self.slack) if c.objective == "accuracy" else c for c in front.constraints
+        ]
+        return Front(front.records, front.objectives, loose)
 
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         out = []
         first = front.objectives[0].name
+        candidates = self._candidates(front)
         for rung in range(rungs - 1):
-            members = front.numbers(rung)
+            members = candidates.numbers(rung)
             quota = math.ceil(self.share * len(members))
             quota -= sum(1 for n in members if front.records[n].rung > rung)
             waiting = [n for n in members if front.records[n].rung == rung]
@@ -46,3 +67,10 @@ class SpreadPromotion(Promotion):
             picks = np.unique(np.linspace(0, len(waiting) - 1, min(quota, len(waiting))).round())
             out += [(waiting[int(i)], rung + 1) for i in picks]
         return out
+
+
+def _loosen(constraint: Constraint, slack: float) -> Constraint:
+    """``constraint`` (absolute) with its bound moved ``slack`` of itself towards looser."""
+    factor = 1 - slack if constraint.op == ">=" else 1 + slack
+    bound = constraint.bound * factor if constraint.bound >= 0 else constraint.bound / factor
+    return Constraint(constraint.objective, constraint.op, bound)
