@@ -540,20 +540,25 @@ class TextTask(Task):
     def soft_teacher(self) -> nn.Module:
         """The teacher answering from its logits on the training split, computed once
         and cached beside its weights (``...logits.pt``)."""
+        import filelock
+
         teacher = self.baseline()
         ids = self.splits()["train"][0]
         path = self.cache_path().with_suffix(".logits.pt")
-        logits = None
-        if path.exists():
-            try:
-                logits = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as err:
-                logger.warning("cached teacher logits %s are unreadable (%s)", path, err)
-            if logits is not None and logits.shape[0] != len(ids):
-                logits = None
-        if logits is None:
-            logits = teacher_logits(teacher, ids, label="text teacher (MiniLM-L6)")
-            tmp = path.with_suffix(".tmp")
-            torch.save(logits, tmp)
-            tmp.replace(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # one process computes them; workers starting together wait and then read them
+        with filelock.FileLock(str(path) + ".lock"):
+            logits = None
+            if path.exists():
+                try:
+                    logits = torch.load(path, map_location="cpu", weights_only=True)
+                except Exception as err:
+                    logger.warning("cached teacher logits %s are unreadable (%s)", path, err)
+                if logits is not None and logits.shape[0] != len(ids):
+                    logits = None
+            if logits is None:
+                logits = teacher_logits(teacher, ids, label="text teacher (MiniLM-L6)")
+                tmp = path.with_suffix(".tmp")
+                torch.save(logits, tmp)
+                tmp.replace(path)
         return CachedLogits(teacher, ids, logits)

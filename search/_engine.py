@@ -207,6 +207,10 @@ class Search:
         self.objectives: list[Objective] = self.evaluation.objectives()
         try:
             self._open()
+            if set(cfg.search.fidelity.rungs) - {"proxy"}:
+                # distillation's soft targets, once here with every core, before workers
+                # start (a task caches them; each worker would otherwise make its own)
+                self.evaluation.context.soft_teacher  # noqa: B018
             backend = build_backend(cfg, self.evaluation)
             print(
                 f"frontier: study {self.study_name!r} in {self.study_store.url}, {self.done} "

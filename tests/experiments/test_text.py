@@ -4,6 +4,7 @@ beats chance and is cached."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,9 @@ def test_batches_are_cut_to_their_longest_text() -> None:
     assert sum(c.shape[1] for c in cut) / len(cut) < 14
 
 
-def test_the_teacher_fine_tunes_beats_chance_and_is_cached(tmp_path: Path) -> None:
+def test_the_teacher_fine_tunes_beats_chance_and_is_cached(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     corpus = write_corpus(tmp_path / "corpus.csv", rows=300)
     options = {
         "csv": str(corpus),
@@ -131,8 +134,12 @@ def test_the_teacher_fine_tunes_beats_chance_and_is_cached(tmp_path: Path) -> No
     with torch.no_grad():
         assert torch.equal(again.baseline()(x), model(x))  # loaded, not fine-tuned again
 
-    # distillation's teacher answers training texts from logits computed once
-    soft = again.soft_teacher()
+    # distillation's teacher answers training texts from logits computed once, even when
+    # two workers ask for them at the same moment
+    capfd.readouterr()
+    with ThreadPoolExecutor(2) as pool:
+        soft, _ = pool.map(lambda t: t.soft_teacher(), [again, task])
+    assert capfd.readouterr().err.count("logits of 240 texts") == 1
     assert task.cache_path().with_suffix(".logits.pt").exists()
     calls = []
     again.baseline().register_forward_hook(lambda *args: calls.append(1))
