@@ -5,7 +5,8 @@ For each scenario: run the search in a fresh working directory (the baseline cac
 the device store are the user's, so trained baselines and measured tables are reused;
 the first run pays for them and the wall time says so); pick the most accurate
 complete, feasible trial at the highest rung (ties: the lowest latency; for
-``text-student``, the fastest one, ties: the smallest); take its ONNX
+``text-student``, the smallest of those within 10% of the fastest table latency, which
+the table cannot tell apart); take its ONNX
 from MLflow (or export it again, seeded, when it is not a front member); measure its
 accuracy with ONNX Runtime on the split its rung scored and its latency beside the FP32
 model's, one thread, batch 1, both timed in the same run.
@@ -15,7 +16,8 @@ Writes ``benchmarks/report-logs/scenarios.json``: a list of objects, one per sce
 ``accuracy_kind`` ("real" or "proxy"), ``baseline`` and ``picked`` (``accuracy``,
 ``macs``, ``size_bytes``, ``latency_ms``; ``picked`` also ``latency_measured_ms``;
 ``baseline`` ``latency_measured_ms`` too; ``text-student`` also ``teacher_accuracy``),
-the targets and whether they were met.
+the targets and whether they were met, and ``candidates``: every top-rung feasible trial
+with its figures and plan.
 
 Run: python benchmarks/bench_scenarios.py [--scenarios NAME ...]   (default: mobilenetv2-flops40
      resnet50-edge text-student)
@@ -67,9 +69,12 @@ TARGETS: dict[str, list[tuple[str, Any]]] = {
     ],
 }
 
-#: scenarios whose question asks for the fastest feasible member (ties: the smallest),
-#: not the most accurate
+#: scenarios whose question asks for the smallest, fastest feasible member, not the
+#: most accurate: the smallest of those whose table latency is within ``LATENCY_TIE`` of
+#: the fastest one's
 FASTEST = {"text-student"}
+#: latencies this close count as a tie: the tables' validated error (within +-10%)
+LATENCY_TIE = 0.10
 
 
 RUNGS = ["proxy", "short", "full"]
@@ -81,18 +86,49 @@ def _latency_key(frame: Any) -> str:
 
 def pick(trials: Any, *, fastest: bool = False) -> Any:
     """The most accurate complete, feasible trial at the highest rung reached (ties: the
-    lowest latency), or with ``fastest`` the lowest-latency one (ties: the smallest);
-    None when no trial qualifies."""
+    lowest latency), or with ``fastest`` the smallest of those within ``LATENCY_TIE``
+    of the lowest latency (a table cannot tell them apart; ties: the faster); None when
+    no trial qualifies."""
+    top = top_rung(trials)
+    if top is None:
+        return None
+    if fastest:
+        latency = top[_latency_key(top)]
+        close = top[latency <= (1 + LATENCY_TIE) * latency.min()]
+        order = close.sort_values(["size_bytes", _latency_key(top)], ascending=[True, True])
+    else:
+        order = top.sort_values(["accuracy", _latency_key(top)], ascending=[False, True])
+    return order.iloc[0]
+
+
+def top_rung(trials: Any) -> Any:
+    """The complete, feasible trials at the highest rung any of them reached (None when
+    there is none)."""
     pool = trials[(trials.state == "complete") & trials.feasible]
     if pool.empty:
         return None
     highest = max(pool.rung, key=RUNGS.index)
-    top = pool[pool.rung == highest]
-    if fastest:
-        order = top.sort_values([_latency_key(top), "size_bytes"], ascending=[True, True])
-    else:
-        order = top.sort_values(["accuracy", _latency_key(top)], ascending=[False, True])
-    return order.iloc[0]
+    return pool[pool.rung == highest]
+
+
+def candidates(result: Any, latency: str) -> list[dict[str, Any]]:
+    """What the pick chose from, kept with the figures (the study's directory is
+    temporary): each top-rung feasible trial's accuracy, table latency, size and plan,
+    so any of them can be distilled and measured again (``bench_distill.py --plan``)."""
+    top = top_rung(result.trials)
+    if top is None:
+        return []
+    return [
+        {
+            "trial": int(r.trial),
+            "rung": r.rung,
+            "accuracy": float(r.accuracy),
+            "latency_ms": float(r[latency]),
+            "size_bytes": float(r.size_bytes) if "size_bytes" in r else None,
+            "plan": result.study.trials[int(r.trial)].user_attrs["plan"],
+        }
+        for _, r in top.sort_values(latency).iterrows()
+    ]
 
 
 def onnx_accuracy(path: Path, x: Any, y: Any) -> float:
@@ -199,6 +235,12 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
         if splits is not None and trained:
             picked["onnx_accuracy"] = onnx_accuracy(picked_path, *splits[split])
         out["baseline"], out["picked"] = baseline, picked
+        out["candidates"] = candidates(result, latency)
+        out["pick_rule"] = (
+            f"the smallest within {LATENCY_TIE:.0%} of the fastest table latency"
+            if name in FASTEST
+            else "the most accurate"
+        )
         out["targets"] = {
             what: bool(check(baseline, picked)) for what, check in TARGETS.get(name, [])
         }
