@@ -161,6 +161,9 @@ class FidelitySection(_Section):
     #: below the top rung, a plan missing an accuracy constraint by at most this share
     #: of its bound may still be promoted (the front keeps the constraint)
     slack: float = Field(default=0.0, ge=0, lt=1)
+    #: an objective to promote from its best end (the quota goes to the fastest members
+    #: for ``latency_ms@local-cpu``); None spreads the quota along the first objective
+    toward: str | None = None
 
     @field_validator("rungs")
     @classmethod
@@ -310,6 +313,11 @@ class Config(_Section):
             raise ValueError(f"objectives: each objective once, got {names}")
         if self.backend.kind == "local" and self.backend.address:
             raise ValueError("backend.address needs backend.kind: ray")
+        toward = self.search.fidelity.toward
+        if toward is not None and toward not in names:
+            raise ValueError(
+                f"search.fidelity.toward: {toward!r} is not an objective; one of {names}"
+            )
         return self
 
     def override(self, values: dict[str, Any], *, source: str = "command line") -> Config:

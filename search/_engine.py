@@ -88,7 +88,9 @@ class Search:
         self.sampler = sampler
         self.sampler_name = config.search.sampler if sampler is None else type(sampler).__name__
         fidelity = self.config.search.fidelity
-        self.promotion = promotion or SpreadPromotion(share=fidelity.promote, slack=fidelity.slack)
+        self.promotion = promotion or SpreadPromotion(
+            share=fidelity.promote, slack=fidelity.slack, toward=fidelity.toward
+        )
         self.tracking = MlflowCallback(
             uri=self.config.tracking.uri,
             experiment=self.config.tracking.experiment or self.config.name,

@@ -197,6 +197,7 @@ class MlflowCallback(Callback):
                 "rungs": ",".join(evaluation.rungs),
                 "promote": cfg.search.fidelity.promote,
                 "promote_slack": cfg.search.fidelity.slack,
+                "promote_toward": cfg.search.fidelity.toward or "spread",
                 "backend": cfg.backend.kind,
                 "task": cfg.task.name,
             },

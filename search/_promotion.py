@@ -29,19 +29,26 @@ class SpreadPromotion(Promotion):
     ``slack`` of the bound still counts for promotion; the front itself keeps the
     constraint, measured at the plan's highest rung.
 
+    A question that asks for one end of the front (the fastest student keeping 95%)
+    needs only that end re-measured: ``toward`` names the objective whose best members
+    take the quota, and the rest stay at the cheap rung.
+
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
         slack: how far below (or above, for ``<=``) an accuracy bound a plan may be at a
             rung below the top and still be promoted, as a share of the bound, in [0, 1).
+        toward: an objective's name: promote its best members first; None spreads the
+            quota evenly along the first objective.
     """
 
-    def __init__(self, *, share: float, slack: float = 0.0) -> None:
+    def __init__(self, *, share: float, slack: float = 0.0, toward: str | None = None) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share=}")
         if not 0 <= slack < 1:
             raise ValueError(f"slack must be in [0, 1), got {slack=}")
         self.share = share
         self.slack = slack
+        self.toward = toward
 
     def _candidates(self, front: Front) -> Front:
         """The front with its accuracy constraints loosened by ``slack``."""
@@ -55,6 +62,9 @@ class SpreadPromotion(Promotion):
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         out = []
         first = front.objectives[0].name
+        by = {o.name: o for o in front.objectives}
+        if self.toward is not None and self.toward not in by:
+            raise ValueError(f"toward: {self.toward!r} is not an objective; one of {list(by)}")
         candidates = self._candidates(front)
         for rung in range(rungs - 1):
             members = candidates.numbers(rung)
@@ -62,6 +72,12 @@ class SpreadPromotion(Promotion):
             quota -= sum(1 for n in members if front.records[n].rung > rung)
             waiting = [n for n in members if front.records[n].rung == rung]
             if quota <= 0 or not waiting:
+                continue
+            if self.toward is not None:
+                sign = -1.0 if by[self.toward].direction == "maximize" else 1.0
+                name = self.toward
+                waiting.sort(key=lambda n: sign * front.records[n].values(rung)[name])
+                out += [(n, rung + 1) for n in waiting[:quota]]
                 continue
             waiting.sort(key=lambda n: front.records[n].values(rung)[first])
             picks = np.unique(np.linspace(0, len(waiting) - 1, min(quota, len(waiting))).round())

@@ -48,3 +48,43 @@ def test_promotion_arguments_are_checked() -> None:
         SpreadPromotion(share=0.5, slack=1.0)
     with pytest.raises(ValueError, match="share"):
         SpreadPromotion(share=0.0)
+
+
+# four feasible members, each more accurate and slower than the next
+LADDER = {0: (0.80, 10.0), 1: (0.79, 8.0), 2: (0.78, 6.0), 3: (0.77, 4.0)}
+
+
+def test_spread_promotes_both_ends_of_the_front() -> None:
+    picks = SpreadPromotion(share=0.5).select(_front(LADDER), rungs=2)
+    assert sorted(picks) == [(0, 1), (3, 1)]
+
+
+def test_toward_latency_promotes_the_fastest_members_only() -> None:
+    """A 'fastest student keeping 95%' question spends no full rung on slow members."""
+    picks = SpreadPromotion(share=0.5, toward="latency_ms@local-cpu").select(
+        _front(LADDER), rungs=2
+    )
+    assert sorted(picks) == [(2, 1), (3, 1)]
+    picks = SpreadPromotion(share=0.5, toward="accuracy").select(_front(LADDER), rungs=2)
+    assert sorted(picks) == [(0, 1), (1, 1)]
+
+
+def test_toward_must_name_an_objective() -> None:
+    from frontier.search import ConfigError, parse_config
+
+    with pytest.raises(ValueError, match="toward"):
+        SpreadPromotion(share=0.5, toward="co2e_g").select(_front(LADDER), rungs=2)
+    with pytest.raises(ConfigError, match=r"search.fidelity.toward: 'macs' is not an objective"):
+        parse_config(
+            {
+                "objectives": ["accuracy", "latency_ms@local-cpu"],
+                "search": {"fidelity": {"toward": "macs"}},
+            }
+        )
+    config = parse_config(
+        {
+            "objectives": ["accuracy", "latency_ms@local-cpu"],
+            "search": {"fidelity": {"toward": "latency_ms@local-cpu"}},
+        }
+    )
+    assert config.search.fidelity.toward == "latency_ms@local-cpu"
