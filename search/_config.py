@@ -380,12 +380,13 @@ def _format_errors(source: str, err: ValidationError) -> str:
         loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         value = e.get("input")
-        shown = f" (got {value!r})" if e["type"] != "missing" and "got " not in msg else ""
         if not loc:  # a rule across sections: its message names the fields
-            shown = ""
+            lines.append(f"{source}: {msg}")
+            continue
+        shown = f" (got {value!r})" if e["type"] != "missing" and "got " not in msg else ""
         if e["type"] == "extra_forbidden":
             msg, shown = "unknown field", ""
-        lines.append(f"{source}: {loc + ': ' if loc else ''}{msg}{shown}")
+        lines.append(f"{source}: {loc}: {msg}{shown}")
     return "\n".join(lines)
 
 

@@ -209,10 +209,11 @@ class Search:
         self.objectives: list[Objective] = self.evaluation.objectives()
         try:
             self._open()
-            if set(cfg.search.fidelity.rungs) - {"proxy"}:
+            ev = self.evaluation
+            if ACCURACY in ev.metrics and ev.rungs != ["proxy"]:
                 # distillation's soft targets, once here with every core, before workers
                 # start (a task caches them; each worker would otherwise make its own)
-                self.evaluation.context.soft_teacher  # noqa: B018
+                ev.context.soft_teacher  # noqa: B018
             backend = build_backend(cfg, self.evaluation)
             print(
                 f"frontier: study {self.study_name!r} in {self.study_store.url}, {self.done} "

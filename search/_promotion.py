@@ -73,15 +73,16 @@ class SpreadPromotion(Promotion):
             waiting = [n for n in members if front.records[n].rung == rung]
             if quota <= 0 or not waiting:
                 continue
-            if self.toward is not None:
-                sign = -1.0 if by[self.toward].direction == "maximize" else 1.0
+            if self.toward is not None:  # the quota from the objective's best end
                 name = self.toward
+                sign = -1.0 if by[name].direction == "maximize" else 1.0
                 waiting.sort(key=lambda n: sign * front.records[n].values(rung)[name])
-                out += [(n, rung + 1) for n in waiting[:quota]]
-                continue
-            waiting.sort(key=lambda n: front.records[n].values(rung)[first])
-            picks = np.unique(np.linspace(0, len(waiting) - 1, min(quota, len(waiting))).round())
-            out += [(waiting[int(i)], rung + 1) for i in picks]
+                chosen = waiting[:quota]
+            else:  # spread evenly along the first objective
+                waiting.sort(key=lambda n: front.records[n].values(rung)[first])
+                spread = np.linspace(0, len(waiting) - 1, min(quota, len(waiting))).round()
+                chosen = [waiting[int(i)] for i in np.unique(spread)]
+            out += [(n, rung + 1) for n in chosen]
         return out
 
 
