@@ -232,7 +232,8 @@ class AccuracyEvaluator(Evaluator):
         return (self.temperature or 1.0), (self.alpha if self.alpha is not None else 0.0)
 
     def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        return self.fit(candidate, context)[1]
+        candidate.scored, measurement = self.fit(candidate, context)
+        return measurement
 
     def fit(self, candidate: Candidate, context: EvalContext) -> tuple[nn.Module, Measurement]:
         """The model this fidelity scores and its measurement: the compressed model

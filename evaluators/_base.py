@@ -41,11 +41,15 @@ class Measurement:
 
 @dataclass
 class Candidate:
-    """A plan to evaluate; the compressed model is built once, on first use."""
+    """A plan to evaluate; the compressed model is built once, on first use.
+
+    ``scored`` is the model the accuracy evaluator last measured (the fine-tuned copy at
+    a training rung), kept so it can be exported without fine-tuning it again."""
 
     plan: CompressionPlan
     id: str = ""
     _model: nn.Module | None = field(default=None, repr=False)
+    scored: nn.Module | None = field(default=None, repr=False)
 
 
 @dataclass

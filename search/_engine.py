@@ -17,7 +17,7 @@ from ._backends import Backend, Job, build_backend
 from ._callbacks import Callback, Emissions, progress_callbacks
 from ._config import Config, load_config
 from ._evaluation import ACCURACY, Evaluation, TrialResult
-from ._front import Front, SearchResult, TrialRecord, plan_key
+from ._front import Front, JobExport, SearchResult, TrialRecord, plan_key
 from ._mlflow import MlflowCallback
 from ._pareto import Objective
 from ._promotion import Promotion, SpreadPromotion
@@ -114,6 +114,8 @@ class Search:
         #: workers: their own time); the difference is the engine's overhead
         self.loop_s = 0.0
         self.eval_s = 0.0
+        #: seconds the jobs spent exporting their scored models (not in ``eval_s``)
+        self.export_s = 0.0
         #: seconds of each evaluation this process finished, by rung
         self.rung_s: dict[int, list[float]] = {}
         self.generation = 0
@@ -244,6 +246,7 @@ class Search:
                 self.summary.update(
                     search_loop_s=self.loop_s,
                     evaluation_s=self.eval_s,
+                    job_export_s=self.export_s,
                     failed_trials=sum(1 for r in self.records.values() if r.state == "failed"),
                     **promotion_savings(self.rung_s),
                 )
@@ -310,9 +313,19 @@ class Search:
         else:
             self.eval_s += getattr(outcome, "wall_s", 0.0)
             self.rung_s.setdefault(0, []).append(getattr(outcome, "wall_s", 0.0))
+            if isinstance(outcome, TrialResult):
+                self._keep_export(rec, 0, outcome)
         self.records[rec.number] = rec
         self.front.changed()
         self._notify("on_trial", rec)
+
+    def _keep_export(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
+        """The model ``outcome``'s job exported, kept on ``rec`` for the MLflow callback."""
+        if outcome.onnx is not None or outcome.export_error:
+            rec.exports[rung] = JobExport(
+                outcome.onnx, outcome.onnx_precision, outcome.export_error
+            )
+            self.export_s += outcome.export_s
 
     def _finish_promotion(
         self, number: int, rung: int, outcome: TrialResult | BaseException
@@ -326,6 +339,7 @@ class Search:
             rec.rungs[rung] = {}  # counts as tried; keeps the lower rung's values
         else:
             rec.rungs[rung] = dict(outcome.values)
+            self._keep_export(rec, rung, outcome)
             self.eval_s += outcome.wall_s
             self.rung_s.setdefault(rung, []).append(outcome.wall_s)
         self.front.changed()

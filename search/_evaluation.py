@@ -31,12 +31,21 @@ class TrialResult:
         fidelity: metric name -> how it was obtained ("short", "table", "exact", ...).
         details: metric name -> the evaluator's details.
         wall_s: seconds the evaluation took, model building included.
+        onnx: the scored model as ONNX bytes, where the job exported it (a training rung
+            with front exports on), else None.
+        onnx_precision: that file's precision ("fp32" or "int8").
+        export_error: why that export failed ("" when it did not); the trial stands.
+        export_s: seconds the export took (not in ``wall_s``).
     """
 
     values: dict[str, float]
     fidelity: dict[str, str]
     details: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
+    onnx: bytes | None = field(default=None, repr=False)
+    onnx_precision: str = ""
+    export_error: str = ""
+    export_s: float = 0.0
 
 
 @contextlib.contextmanager
@@ -161,9 +170,16 @@ class Evaluation:
         return CompressionPlan.from_dict(dict(data), space=self.space)
 
     def evaluate(
-        self, plan: CompressionPlan, rung: int | str = 0, metrics: list[str] | None = None
+        self,
+        plan: CompressionPlan,
+        rung: int | str = 0,
+        metrics: list[str] | None = None,
+        *,
+        export: bool = False,
     ) -> TrialResult:
-        """Score ``plan`` at ``rung`` on ``metrics`` (default: every metric of the config).
+        """Score ``plan`` at ``rung`` on ``metrics`` (default: every metric of the config);
+        with ``export``, also the model the accuracy was measured on as ONNX bytes (what
+        the search writes for a front member, without fine-tuning it again).
 
         Raises:
             EvaluationError: an evaluator failed or gave a value that is not finite.
@@ -181,14 +197,38 @@ class Evaluation:
                 if not math.isfinite(m.value):
                     raise EvaluationError(f"objective {name!r} is {m.value} (not finite)")
                 values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
-        return TrialResult(values, fidelity, details, time.perf_counter() - start)
+        result = TrialResult(values, fidelity, details, time.perf_counter() - start)
+        if export and candidate.scored is not None:
+            start = time.perf_counter()
+            try:
+                result.onnx, result.onnx_precision = self._onnx_bytes(candidate.scored, plan)
+            except Exception as err:  # the score stands; the run says why it has no model
+                result.export_error = f"{type(err).__name__}: {err}"
+            result.export_s = time.perf_counter() - start
+        return result
+
+    def exports_in_job(self, rung: int) -> bool:
+        """Whether a job at ``rung`` exports its scored model: at a training rung when the
+        search writes front members' models (fine-tuning again in the driver costs as
+        much as the job did; exporting costs seconds)."""
+        return (
+            self.config.tracking.export_front
+            and ACCURACY in self.metrics
+            and self.rungs[rung] != "proxy"
+        )
 
     def run_job(self, plan: Mapping[str, Any], rung: int) -> TrialResult:
         """A job as the backends hand it over: plan data scored at ``rung``; rung 0
-        measures every metric, a promotion only what the rung changes (accuracy). Torch
-        runs on ``backend.threads_per_trial`` threads meanwhile."""
+        measures every metric, a promotion only what the rung changes (accuracy); the
+        scored model comes back as ONNX where ``exports_in_job``. Torch runs on
+        ``backend.threads_per_trial`` threads meanwhile."""
         with _torch_threads(self.config.backend.threads_per_trial):
-            return self.evaluate(self.plan(plan), rung, None if rung == 0 else [ACCURACY])
+            return self.evaluate(
+                self.plan(plan),
+                rung,
+                None if rung == 0 else [ACCURACY],
+                export=self.exports_in_job(rung),
+            )
 
     def scored_model(self, plan: CompressionPlan, rung: int) -> nn.Module:
         """The model the accuracy at ``rung`` was measured on (fine-tuned where the rung
@@ -204,19 +244,26 @@ class Evaluation:
     def export(self, plan: Mapping[str, Any], rung: int, path: Path) -> Any:
         """Write the model ``plan``'s accuracy at ``rung`` was measured on as ONNX at
         ``path`` (INT8 where the plan quantises); returns the ``ExportResult``."""
-        from frontier.spaces import export_onnx
-
         compression = self.plan(plan)
         threads = self.config.backend.threads_per_trial
-        with warnings.catch_warnings(), _quiet(), _torch_threads(threads):
+        with _torch_threads(threads):
+            return self._export_model(self.scored_model(compression, rung), compression, path)
+
+    def _export_model(self, model: nn.Module, plan: CompressionPlan, path: Path) -> Any:
+        from frontier.spaces import export_onnx
+
+        with warnings.catch_warnings(), _quiet():
             warnings.simplefilter("ignore")
             return export_onnx(
-                self.scored_model(compression, rung),
-                compression,
-                self.example,
-                path,
-                calibration_data=self.context.calibration(),
+                model, plan, self.example, path, calibration_data=self.context.calibration()
             )
+
+    def _onnx_bytes(self, model: nn.Module, plan: CompressionPlan) -> tuple[bytes, str]:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="frontier-job-") as tmp:
+            result = self._export_model(model, plan, Path(tmp) / "model.onnx")
+            return result.path.read_bytes(), result.precision
 
     def baseline(self) -> dict[str, float]:
         """Every metric of the uncompressed model (accuracy: the teacher's validation

@@ -7,13 +7,22 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ._config import Constraint
 from ._pareto import Objective, hypervolume, pareto_mask
+
+
+class JobExport(NamedTuple):
+    """The model a job scored, as it came back: ONNX bytes and their precision, or why
+    the export failed."""
+
+    onnx: bytes | None
+    precision: str = ""
+    error: str = ""
 
 
 @dataclass
@@ -31,6 +40,8 @@ class TrialRecord:
     run_id: str = ""
     on_front: bool = False
     exported_rung: int = -1
+    #: rung -> the scored model its job exported (driver memory only, not durable)
+    exports: dict[int, JobExport] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
     def key(self) -> str:

@@ -144,6 +144,9 @@ class MlflowCallback(Callback):
             rec = search.records[n]
             rec.on_front = n in front
             self._tag_later(rec, {Tag.PARETO: str(n in front).lower()})
+        for n, rec in search.records.items():
+            if n not in front:  # off the front: its job's model is not written (memory)
+                rec.exports.clear()
         metrics = {
             "hypervolume": search.hypervolume,
             "front_size": len(front),
@@ -261,11 +264,21 @@ class MlflowCallback(Callback):
             return
         tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
         rec.exported_rung = rec.rung  # tried once per rung, failed or not
+        # the job's own export where it made one; else fine-tune again (seeded) here
+        job = rec.exports.get(rec.rung)
+        rec.exports.clear()  # a lower rung's model is never written now
         try:
-            result = search.evaluation.export(rec.plan, max(rec.rung, 0), tmp / MODEL_FILE)
+            if job is not None and job.error:
+                raise RuntimeError(job.error)
+            if job is not None and job.onnx is not None:
+                (tmp / MODEL_FILE).write_bytes(job.onnx)
+                precision = job.precision
+            else:
+                path = tmp / MODEL_FILE
+                precision = search.evaluation.export(rec.plan, max(rec.rung, 0), path).precision
         except Exception as err:  # the search goes on; the run says why it has no model
             shutil.rmtree(tmp, ignore_errors=True)
-            error = f"{type(err).__name__}: {err}"
+            error = str(err) if job is not None and job.error else f"{type(err).__name__}: {err}"
             print(f"frontier: trial {rec.number}: ONNX export failed ({error})", file=sys.stderr)
             self._tag_later(rec, {Tag.EXPORT_ERROR: error[:4000]})
             return
@@ -274,7 +287,7 @@ class MlflowCallback(Callback):
         def write() -> None:
             try:
                 self.tracker.log_artifact_files(rec.run_id, [tmp / MODEL_FILE, tmp / PLAN_FILE])
-                self.tracker.set_tags(rec.run_id, {Tag.ONNX_PRECISION: result.precision})
+                self.tracker.set_tags(rec.run_id, {Tag.ONNX_PRECISION: precision})
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
 

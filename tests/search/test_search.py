@@ -78,6 +78,32 @@ def test_front_is_feasible_nondominated_and_tracked(write_config) -> None:
         assert {"model.onnx", "plan.json"} <= names
 
 
+def test_front_models_come_from_the_jobs_not_a_second_fine_tune(
+    write_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # at training rungs the job that scored a plan exports its model; the driver never
+    # fine-tunes a front member again (that doubled a trial's cost)
+    from frontier.search import Evaluation
+
+    def refit(*_: object) -> None:
+        raise AssertionError("the driver fine-tuned a front member again")
+
+    monkeypatch.setattr(Evaluation, "scored_model", refit)
+    path = write_config(search={"fidelity": {"rungs": ["short", "full"], "promote": 0.5}})
+    search = Search(path, progress=False)
+    result = search.run()
+    assert search.summary["job_export_s"] > 0
+    client = _client()
+    for _, row in result.pareto.iterrows():
+        tags = client.get_run(row.run_id).data.tags
+        assert "frontier.export_error" not in tags, tags.get("frontier.export_error")
+        names = {a.path for a in client.list_artifacts(row.run_id)}
+        assert {"model.onnx", "plan.json"} <= names
+    # the driver keeps no model of a trial off the front
+    front = set(result.pareto.trial)
+    assert all(not r.exports for n, r in search.records.items() if n not in front)
+
+
 def test_failed_trials_are_recorded_and_the_search_goes_on(write_config) -> None:
     path = write_config(objectives=["size_bytes", "flaky_test"], constraints=[])
     result = run(path, trials=16, progress=False)
