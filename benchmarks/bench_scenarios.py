@@ -17,8 +17,9 @@ Writes ``benchmarks/report-logs/scenarios.json``: a list of objects, one per sce
 ``accuracy_kind`` ("real" or "proxy"), ``baseline`` and ``picked`` (``accuracy``,
 ``macs``, ``size_bytes``, ``latency_ms``; ``picked`` also ``latency_measured_ms``;
 ``baseline`` ``latency_measured_ms`` too; ``text-student`` also ``teacher_accuracy``),
-the targets and whether they were met, and ``candidates``: every top-rung feasible trial
-with its figures and plan.
+the targets and whether they were met, ``candidates``: every top-rung feasible trial
+with its figures and plan, and ``time_s``: the search's own accounting (evaluation,
+sampler proposals, job exports, sensitivity, the whole loop).
 
 Run: python benchmarks/bench_scenarios.py [--scenarios NAME ...]   (default: mobilenetv2-flops40
      resnet50-edge text-student efficientnet-lite0-cpu)
@@ -201,6 +202,9 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
             "search_s": round(search_s, 1),
             "hypervolume": result.hypervolume,
         }
+        with contextlib.suppress(Exception):  # where the time went, from the parent run
+            metrics = _parent(result).data.metrics
+            out["time_s"] = {k: round(v, 1) for k, v in sorted(metrics.items()) if k.endswith("_s")}
         teacher_path = work / "baseline.onnx"
         export_onnx(evaluation.teacher, CompressionPlan(), evaluation.example, teacher_path)
         splits = evaluation.task.splits() if hasattr(evaluation.task, "splits") else None
