@@ -17,7 +17,8 @@ Writes ``benchmarks/report-logs/scenarios.json``: a list of objects, one per sce
 ``accuracy_kind`` ("real" or "proxy"), ``baseline`` and ``picked`` (``accuracy``,
 ``macs``, ``size_bytes``, ``latency_ms``; ``picked`` also ``latency_measured_ms``;
 ``baseline`` ``latency_measured_ms`` too; ``text-student`` also ``teacher_accuracy``),
-the targets and whether they were met, ``candidates``: every top-rung feasible trial
+the targets and whether they were met, ``rungs``: per rung, the complete and feasible
+trials that ended there, ``candidates``: every top-rung feasible trial
 with its figures and plan, and ``time_s``: the search's own accounting (evaluation,
 sampler proposals, job exports, sensitivity, the whole loop).
 
@@ -126,6 +127,17 @@ def top_rung(trials: Any) -> Any:
     return pool[pool.rung == highest]
 
 
+def rung_counts(trials: Any) -> dict[str, dict[str, int]]:
+    """How far the trials went: per rung, how many complete trials ended there and how
+    many of those were feasible (a scenario with one feasible member at the top rung
+    says its front is thin there)."""
+    done = trials[trials.state == "complete"]
+    return {
+        str(rung): {"complete": len(g), "feasible": int(g.feasible.sum())}
+        for rung, g in sorted(done.groupby("rung"), key=lambda kv: RUNGS.index(kv[0]))
+    }
+
+
 def candidates(result: Any, latency: str) -> list[dict[str, Any]]:
     """What the pick chose from, kept with the figures (the study's directory is
     temporary): each top-rung feasible trial's accuracy, table latency, size and plan,
@@ -201,6 +213,7 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
             "failed": int((result.trials.state == "failed").sum()),
             "search_s": round(search_s, 1),
             "hypervolume": result.hypervolume,
+            "rungs": rung_counts(result.trials),
         }
         with contextlib.suppress(Exception):  # where the time went, from the parent run
             metrics = _parent(result).data.metrics
