@@ -1,0 +1,116 @@
+"""The latency table at the corners of a space: uniform plans predicted and measured.
+
+``frontier lut validate`` checks the table on seeded random plans, which mix FP32 and
+INT8 layers about evenly. A search's picks often sit at the corners instead (every
+layer INT8, every layer pruned alike), where the table's calibration saw no plan. This
+prices each uniform plan, every prune ratio of the space with all layers FP32 and with
+all layers at 8-bit weights and activations, plus any ``--plan`` files, with the
+device's table and measures the same ONNX file here, as ``lut validate`` measures
+(ONNX Runtime on the table's threads, against its reference model).
+
+Run: python benchmarks/bench_lut_corners.py EXPERIMENT [--device local-cpu]
+     [--plan PLAN.json ...] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def corner_values(space: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(label, dimension -> choice) of each uniform plan: each prune ratio of the space
+    with the widest bits, and again with the narrowest bits everywhere."""
+    dims = [d for d in space.dimensions() if "/" not in d.name]
+    prune = [d for d in dims if d.name.startswith("prune.")]
+    bits = [d for d in dims if d.name.startswith(("wbits.", "abits."))]
+    ratios = sorted({c for d in prune for c in d.choices})
+    out = []
+    for narrow in (False, True):
+        for r in ratios:
+            values = {d.name: r if r in d.choices else min(d.choices) for d in prune}
+            values |= {d.name: min(d.choices) if narrow else max(d.choices) for d in bits}
+            out.append((f"prune {r:g}, {'lowest' if narrow else 'FP32'} bits", values))
+    return out
+
+
+def main() -> None:
+    from frontier.latency_models import (
+        DeviceStore,
+        LatencyModel,
+        ensure_local_table,
+        local_threads,
+        measure_models,
+        quiet_root_logger,
+    )
+    from frontier.latency_models._bundle import whole_model_bytes
+    from frontier.search._sensitivity import Fixed
+    from frontier.search.cli import _load, _task_and_space
+    from frontier.spaces import CompressionPlan
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", help="experiment name or config path")
+    parser.add_argument("--device", default="local-cpu")
+    parser.add_argument("--plan", type=Path, action="append", default=[], help="plan JSON")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+
+    threads = local_threads(args.device)
+    if threads is None:
+        parser.error(f"--device {args.device}: only a local-cpu device can be measured here")
+    config = _load(args.experiment)
+    task, model, space = _task_and_space(config)
+    example, calibration = task.example_inputs(), task.calibration_batches()
+    table = ensure_local_table(
+        model, example, space, store=DeviceStore(config.device_store), name=args.device,
+        calibration_data=calibration,
+    )  # fmt: skip
+    latency = LatencyModel(table)
+    latency.bind(model, example, space)
+    plans = [(label, space.suggest(Fixed(v))) for label, v in corner_values(space)]
+    for path in args.plan:
+        data = json.loads(path.read_text())
+        plans.append((path.name, CompressionPlan.from_dict(data.get("plan", data))))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for i, (label, plan) in enumerate(plans):
+            files.append(Path(tmp) / f"{i}.onnx")
+            with quiet_root_logger():
+                files[-1].write_bytes(whole_model_bytes(model, plan, example, calibration))
+            print(f"exported {label}", file=sys.stderr)
+        measured = measure_models(
+            files,
+            threads=threads,
+            time_cap_s=float(table.meta.get("time_cap_s", 0.5) or 0.5),
+            reference=table.reference("model"),
+            label="corner models",
+        )
+    for (label, plan), ms in zip(plans, measured, strict=True):
+        p = latency.predict(model, plan)
+        rows.append(
+            {
+                "plan": label,
+                "predicted_ms": round(p.latency_ms, 4),
+                "sum_ms": round(p.sum_ms, 4),
+                "measured_ms": round(ms, 4),
+                "error": round(p.latency_ms / ms - 1, 4),
+            }
+        )
+    width = max(len(r["plan"]) for r in rows)
+    print(f"{'plan':<{width}}  predicted ms  measured ms   error")
+    for r in rows:
+        print(
+            f"{r['plan']:<{width}}  {r['predicted_ms']:12.3f}  {r['measured_ms']:11.3f}"
+            f"  {r['error']:+6.1%}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"experiment": config.name, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
