@@ -145,8 +145,10 @@ def cmd_experiments_list(args: argparse.Namespace) -> int:
 
     from ._config import load_config
 
-    for name, path in builtin_configs().items():
-        print(f"{name:<20} {load_config(path).description}")
+    configs = builtin_configs()
+    width = max(map(len, configs), default=0)
+    for name, path in configs.items():
+        print(f"{name:<{width}}  {load_config(path).description}")
     return 0
 
 
