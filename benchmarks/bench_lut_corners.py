@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +42,8 @@ def main() -> None:
         LatencyModel,
         ensure_local_table,
         local_threads,
-        measure_models,
-        quiet_root_logger,
+        measure_plans,
     )
-    from frontier.latency_models._bundle import whole_model_bytes
     from frontier.search._sensitivity import Fixed
     from frontier.search.cli import _load, _task_and_space
     from frontier.spaces import CompressionPlan
@@ -59,37 +55,34 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
-    threads = local_threads(args.device)
-    if threads is None:
+    if local_threads(args.device) is None:
         parser.error(f"--device {args.device}: only a local-cpu device can be measured here")
     config = _load(args.experiment)
     task, model, space = _task_and_space(config)
     example, calibration = task.example_inputs(), task.calibration_batches()
     table = ensure_local_table(
-        model, example, space, store=DeviceStore(config.device_store), name=args.device,
+        model,
+        example,
+        space,
+        store=DeviceStore(config.device_store),
+        name=args.device,
         calibration_data=calibration,
-    )  # fmt: skip
+    )
     latency = LatencyModel(table)
     latency.bind(model, example, space)
     plans = [(label, space.suggest(Fixed(v))) for label, v in corner_values(space)]
     for path in args.plan:
         data = json.loads(path.read_text())
         plans.append((path.name, CompressionPlan.from_dict(data.get("plan", data))))
+    measured = measure_plans(
+        model,
+        [plan for _, plan in plans],
+        example,
+        table,
+        calibration_data=calibration,
+        label="corner models",
+    )
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        files = []
-        for i, (label, plan) in enumerate(plans):
-            files.append(Path(tmp) / f"{i}.onnx")
-            with quiet_root_logger():
-                files[-1].write_bytes(whole_model_bytes(model, plan, example, calibration))
-            print(f"exported {label}", file=sys.stderr)
-        measured = measure_models(
-            files,
-            threads=threads,
-            time_cap_s=float(table.meta.get("time_cap_s", 0.5) or 0.5),
-            reference=table.reference("model"),
-            label="corner models",
-        )
     for (label, plan), ms in zip(plans, measured, strict=True):
         p = latency.predict(model, plan)
         rows.append(

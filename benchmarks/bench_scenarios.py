@@ -113,7 +113,7 @@ def pick(trials: Any, rule: str = "accuracy") -> Any:
     elif rule == "latency":
         order = top.sort_values([key, "accuracy"], ascending=[True, False])
     else:
-        order = top.sort_values(["accuracy", _latency_key(top)], ascending=[False, True])
+        order = top.sort_values(["accuracy", key], ascending=[False, True])
     return order.iloc[0]
 
 

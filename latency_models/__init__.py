@@ -18,6 +18,7 @@ from ._validate import (
     local_threads,
     measure_local,
     measure_models,
+    measure_plans,
     quiet_root_logger,
     validate,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "measure_bundle",
     "measure_local",
     "measure_models",
+    "measure_plans",
     "plan_ops",
     "quiet_root_logger",
     "read_manifest",

@@ -319,6 +319,41 @@ def measure_models(
     return [combine_sessions(timed[i])["median_ms"] for i in range(len(models))]
 
 
+def measure_plans(
+    model: nn.Module,
+    plans: Sequence[Any],
+    example_inputs: Any,
+    table: DeviceTable,
+    *,
+    calibration_data: Any = None,
+    label: str = "validation models",
+) -> list[float]:
+    """Whole-model latency (ms) of ``model`` compressed by each plan, exported as
+    ``export_onnx`` writes it and measured here as the device runner measures whole
+    models: on the table's threads and time cap, in its units (against its reference
+    model)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        start = time.perf_counter()
+        for i, plan in enumerate(plans):
+            with quiet_root_logger():
+                data = whole_model_bytes(model, plan, example_inputs, calibration_data)
+            files.append(Path(tmp) / f"{i}.onnx")
+            files[-1].write_bytes(data)
+            if (i + 1) % 10 == 0 or i + 1 == len(plans):
+                print(
+                    f"exported {i + 1}/{len(plans)} ({time.perf_counter() - start:.0f} s)",
+                    file=sys.stderr,
+                )
+        return measure_models(
+            files,
+            threads=int(table.meta.get("threads", 1) or 1),
+            time_cap_s=float(table.meta.get("time_cap_s", 0.5) or 0.5),
+            reference=table.reference("model"),
+            label=label,
+        )
+
+
 def validate(
     latency: LatencyModel,
     *,
@@ -372,34 +407,15 @@ def validate(
             f"table {table.name!r} holds {len(stored)} measured validation models; "
             f"asked for {samples} (write the bundle with --validation {samples})"
         )
-    threads = int(table.meta.get("threads", 1) or 1)
     seeds = [VALIDATION_SEED0 + i for i in range(samples)]
     plans = [space.sample(seed) for seed in seeds]
     predicted = [latency.predict(model, plan) for plan in plans]
     if use_table:
         measured = [stored[seed].median_ms for seed in seeds]
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            files = []
-            start = time.perf_counter()
-            for i, (seed, plan) in enumerate(zip(seeds, plans, strict=True)):
-                with quiet_root_logger():
-                    data = whole_model_bytes(model, plan, example_inputs, calibration_data)
-                files.append(Path(tmp) / f"{seed}.onnx")
-                files[-1].write_bytes(data)
-                if (i + 1) % 10 == 0 or i + 1 == samples:
-                    print(
-                        f"exported {i + 1}/{samples} ({time.perf_counter() - start:.0f} s)",
-                        file=sys.stderr,
-                    )
-            # measured as the device runner measures whole models, in the table's units
-            measured = measure_models(
-                files,
-                threads=threads,
-                time_cap_s=float(table.meta.get("time_cap_s", 0.5) or 0.5),
-                reference=table.reference("model"),
-                label="validation models",
-            )
+        measured = measure_plans(
+            model, plans, example_inputs, table, calibration_data=calibration_data
+        )
     rows = [
         {
             "seed": seed,
