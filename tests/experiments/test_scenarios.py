@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,6 +251,29 @@ def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
     assert {"sparse", "pruned"} <= {k for kind in kinds for k in ("sparse", "pruned") if k in kind}
 
 
+def _tiny_fashion_search(name: str, root: Path, extra: dict[str, Any]) -> Any:
+    """Scenario ``name`` on the fake idx files at ``root``, shrunk to seconds: 2-step
+    rungs, 4 trials all promoted, one worker, a table without calibration models."""
+    return load_config(name).override(
+        {
+            "task.options.root": str(root),
+            "objectives": [
+                {"name": "accuracy", "options": {"steps": 2, "full_factor": 2, "batch_size": 32}},
+                "latency_ms@local-cpu",
+            ],
+            # the configs' surrogate sampler scores each per-layer choice alone first:
+            # no activation bits keeps them to about 80
+            "space.act_bits": [32],
+            "search.trials": 4,
+            "search.population": 2,
+            "search.fidelity.promote": 1.0,
+            "backend.workers": 1,
+            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+            **extra,
+        }
+    )
+
+
 @pytest.mark.slow
 def test_mobilenetv2_runs_on_fashion_mnist_with_real_accuracy_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
@@ -263,24 +287,7 @@ def test_mobilenetv2_runs_on_fashion_mnist_with_real_accuracy_by_default(
     assert main([*missing, "--set", f"task.options.root={tmp_path / 'none'}"]) == 2
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
     root = _write_fake_fashion(tmp_path / "fashion")
-    config = load_config("mobilenetv2-flops40").override(
-        {
-            "task.options.root": str(root),
-            "task.options.epochs": 2,
-            "objectives": [
-                {"name": "accuracy", "options": {"steps": 2, "full_factor": 2, "batch_size": 32}},
-                "latency_ms@local-cpu",
-            ],
-            # the config's surrogate sampler scores each per-layer choice alone first:
-            # no activation bits keeps them to about 80
-            "space.act_bits": [32],
-            "search.trials": 4,
-            "search.population": 2,
-            "search.fidelity.promote": 1.0,
-            "backend.workers": 1,
-            "local_table": {"calibration": 0, "time_cap_s": 0.05},
-        }
-    )
+    config = _tiny_fashion_search("mobilenetv2-flops40", root, {"task.options.epochs": 2})
     assert config.task.name == "fashion-mnist"
     result = run(config, progress=False)
     trials = result.trials[result.trials.state == "complete"]
@@ -345,22 +352,10 @@ def test_efficientnet_lite0_cpu_compresses_the_imagenet_pretrained_network(
     monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path / "cache"))
     root = _write_fake_fashion(tmp_path / "fashion")
-    config = load_config("efficientnet-lite0-cpu").override(
-        {
-            "task.options.root": str(root),
-            "task.options.epochs": 1,
-            "objectives": [
-                {"name": "accuracy", "options": {"steps": 2, "full_factor": 2, "batch_size": 32}},
-                "latency_ms@local-cpu",
-            ],
-            "space.act_bits": [32],
-            "space.prune_ratios": [0.0, 0.5],
-            "search.trials": 4,
-            "search.population": 2,
-            "search.fidelity.promote": 1.0,
-            "backend.workers": 1,
-            "local_table": {"calibration": 0, "time_cap_s": 0.05},
-        }
+    config = _tiny_fashion_search(
+        "efficientnet-lite0-cpu",
+        root,
+        {"task.options.epochs": 1, "space.prune_ratios": [0.0, 0.5]},
     )
     result = run(config, progress=False)
     # the teacher started from the package's ImageNet weights (part of its cache key)
