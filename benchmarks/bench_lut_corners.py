@@ -6,7 +6,8 @@ layer INT8, every layer pruned alike), where the table's calibration saw no plan
 prices each uniform plan, every prune ratio of the space with all layers FP32 and with
 all layers at 8-bit weights and activations, plus any ``--plan`` files, with the
 device's table and measures the same ONNX file here, as ``lut validate`` measures
-(ONNX Runtime on the table's threads, against its reference model).
+(the timing protocol, on the table's threads). The table's calibration set holds these
+plans; ``bench_latency_trust.py`` reports them beside held-out random plans.
 
 Run: python benchmarks/bench_lut_corners.py EXPERIMENT [--device local-cpu]
      [--plan PLAN.json ...] [--json OUT.json]
@@ -17,34 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-
-def corner_values(space: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(label, dimension -> choice) of each uniform plan: each prune ratio of the space
-    with the widest bits, and again with the narrowest bits everywhere."""
-    dims = [d for d in space.dimensions() if "/" not in d.name]
-    prune = [d for d in dims if d.name.startswith("prune.")]
-    bits = [d for d in dims if d.name.startswith(("wbits.", "abits."))]
-    ratios = sorted({c for d in prune for c in d.choices})
-    out = []
-    for narrow in (False, True):
-        for r in ratios:
-            values = {d.name: r if r in d.choices else min(d.choices) for d in prune}
-            values |= {d.name: min(d.choices) if narrow else max(d.choices) for d in bits}
-            out.append((f"prune {r:g}, {'lowest' if narrow else 'FP32'} bits", values))
-    return out
 
 
 def main() -> None:
     from frontier.latency_models import (
         DeviceStore,
         LatencyModel,
+        corner_plans,
         ensure_local_table,
         local_threads,
         measure_plans,
     )
-    from frontier.search._sensitivity import Fixed
     from frontier.search.cli import _load, _task_and_space
     from frontier.spaces import CompressionPlan
 
@@ -70,7 +54,7 @@ def main() -> None:
     )
     latency = LatencyModel(table)
     latency.bind(model, example, space)
-    plans = [(label, space.suggest(Fixed(v))) for label, v in corner_values(space)]
+    plans = corner_plans(space)
     for path in args.plan:
         data = json.loads(path.read_text())
         plans.append((path.name, CompressionPlan.from_dict(data.get("plan", data))))

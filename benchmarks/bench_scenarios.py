@@ -174,16 +174,10 @@ def onnx_accuracy(path: Path, x: Any, y: Any) -> float:
 
 def measure_side_by_side(paths: list[Path], store: Any, device: str) -> list[float]:
     """Whole-model latency (ms) of each ONNX file, measured side by side on a ``local-cpu``
-    device's threads against its stored table's reference model, 5 sessions."""
-    from frontier.latency_models import DeviceStore, measure_models
+    device's threads by the timing protocol."""
+    from frontier.latency_models import local_threads, measure_models
 
-    reference = DeviceStore(store).load(device).reference("model")
-    threads = 1 if device == "local-cpu" else int(device.removeprefix("local-cpu-")[:-1])
-    return list(
-        measure_models(
-            [p.read_bytes() for p in paths], threads=threads, reference=reference, sessions=5
-        )
-    )
+    return list(measure_models(paths, threads=local_threads(device) or 1))
 
 
 def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:

@@ -163,11 +163,11 @@ def kernel_sweep(quick: bool) -> list[dict[str, Any]]:
     """Dense ONNX Runtime Gemm/Conv against the CSR kernel, per call, one thread."""
     import torch
 
-    from frontier.latency_models import OpSpec, build_onnx, measure_local
-    from frontier.latency_models._sparse import sparse_kernel, time_call
+    from frontier.latency_models import OpSpec, build_onnx, measure_local, time_models
+    from frontier.latency_models._sparse import sparse_kernel
 
     torch.set_num_threads(1)
-    cap = 0.2 if quick else 0.5
+    rounds = 3 if quick else 5
     rows = []
     shapes: list[tuple[str, OpSpec]] = []
     for n in (64, 512, 2048):
@@ -182,10 +182,10 @@ def kernel_sweep(quick: bool) -> list[dict[str, Any]]:
         spec = OpSpec("Conv", (), ((1, c, hw, hw),), (1, c, hw, hw), attrs, (3, 3), 1, "fp32")
         shapes.append((f"conv3x3 {c}->{c} @{hw}x{hw}", spec))
     for label, spec in shapes:
-        dense_ms = measure_local(build_onnx(spec).SerializeToString(), time_cap_s=cap)
+        dense_ms = measure_local(build_onnx(spec).SerializeToString())
         for share in (0.5, 0.9, 0.99):
             sparse = spec.__class__(**{**spec.__dict__, "sparsity": share})
-            csr_ms = time_call(sparse_kernel(sparse), time_cap_s=cap)[0]
+            csr_ms = time_models([sparse_kernel(sparse)], rounds=rounds)[0]["median_ms"]
             rows.append(
                 {
                     "layer": label,

@@ -7,32 +7,42 @@ Flow: ``write_bundle`` (``frontier lut ops``) -> ``runner`` on the device
 """
 
 from ._bundle import SpaceOps, space_ops, write_bundle
-from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost
+from ._corners import calibration_plans, corner_plans, int8_heavy_plan
+from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
+from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
 from ._validate import (
-    LOCAL_CPU,
     ValidationReport,
     cpu_power_w,
     ensure_local_table,
-    local_threads,
     measure_local,
     measure_models,
     measure_plans,
     quiet_root_logger,
     validate,
 )
-from .runner import BUNDLE_VERSION, measure_bundle, read_manifest
+from .runner import (
+    BUNDLE_VERSION,
+    PROTOCOL_VERSION,
+    measure_bundle,
+    measure_onnx,
+    protocol,
+    read_manifest,
+    time_models,
+)
 
 __all__ = [
     "BUNDLE_VERSION",
     "LOCAL_CPU",
+    "PROTOCOL_VERSION",
     "DeviceMeta",
     "DeviceStore",
     "DeviceTable",
     "FallbackFit",
     "LatencyEstimate",
     "LatencyModel",
+    "LocalDevice",
     "OpCost",
     "OpSpec",
     "Row",
@@ -40,20 +50,29 @@ __all__ = [
     "TableError",
     "ValidationReport",
     "build_onnx",
+    "calibration_plans",
+    "corner_plans",
     "cpu_power_w",
     "data_dir",
     "ensure_local_table",
     "enumerate_ops",
+    "error_summary",
+    "int8_heavy_plan",
+    "local_device",
     "local_threads",
     "measure_bundle",
     "measure_local",
     "measure_models",
+    "measure_onnx",
     "measure_plans",
     "plan_ops",
+    "protocol",
     "quiet_root_logger",
     "read_manifest",
     "read_table",
+    "register_local",
     "space_ops",
+    "time_models",
     "validate",
     "write_bundle",
 ]

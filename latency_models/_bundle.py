@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import sys
@@ -11,7 +10,6 @@ import time
 import warnings
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +17,29 @@ import numpy as np
 from torch import nn
 
 from frontier.spaces import (
-    ActivationSwap,
     CompressionPlan,
     SearchSpace,
     apply_plan,
-    build_student,
     export_onnx,
     quantize_onnx_int8,
-    swap_activations,
 )
 
+from ._arch import TEACHER, SpaceOps, arch_key, space_ops
+from ._corners import calibration_plans
 from ._ops import (
+    DEQUANTIZE,
     INT8_FP32_ADD,
+    QUANTIZE,
     OpSpec,
     build_onnx,
-    enumerate_ops,
     identity_model,
     plan_op_nodes,
     plan_ops,
 )
 from ._table import MIN_CALIBRATION_MODELS
-from ._templates import Templates, build_templates
 from ._transfer import few_shot_ops
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
-TEACHER = "teacher"
 OVERHEAD_REPEATS = 7
 
 #: Calibration models of a bundle: more for small models (at most SMALL_MODEL_MACS
@@ -115,70 +111,12 @@ def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:
     return bytes(proto.SerializeToString()), layout
 
 
-@dataclass
-class SpaceOps:
-    """The op templates of every architecture of a space, and the ops they produce."""
-
-    templates: dict[str, Templates]
-    ops: list[OpSpec]
-
-    @property
-    def count(self) -> int:
-        return len(self.ops)
-
-
-def arch_key(plan: CompressionPlan) -> str:
-    """Which architecture's templates price ``plan``: the student's, the model's with
-    its activations swapped, or the model's own."""
-    if plan.student is not None:
-        return plan.student.key
-    if plan.activation is not None:
-        return f"{TEACHER}+{plan.activation.to}"
-    return TEACHER
-
-
-def space_templates(
-    model: nn.Module, example_inputs: Any, space: SearchSpace
-) -> dict[str, Templates]:
-    """Templates of the model, of the model with each activation swap of ``space``, and
-    of each student architecture."""
-    out = {TEACHER: build_templates(model, example_inputs, space)}
-    swap = space.options.activation_swap
-    for to in swap.to if swap is not None else ():
-        activation = ActivationSwap(swap.replace, to)
-        swapped = swap_activations(copy.deepcopy(model), activation)
-        out[arch_key(CompressionPlan(activation=activation))] = build_templates(
-            swapped.eval(), example_inputs, space
-        )
-    if space.students:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            num_classes = int(model(example_inputs).shape[-1])
-        for spec in space.options.students:
-            student = build_student(spec, num_classes=num_classes, example_inputs=example_inputs)
-            out[spec.key] = build_templates(
-                student.eval(), example_inputs, space.students[spec.key]
-            )
-    return out
-
-
 def default_calibration(found: SpaceOps) -> int:
     """How many calibration models a bundle of ``found`` holds unless told:
     ``SMALL_MODEL_CALIBRATION_MODELS`` for a model of at most ``SMALL_MODEL_MACS``,
     else ``CALIBRATION_MODELS``."""
     macs = sum(o.macs for o in plan_ops(found.templates[TEACHER], CompressionPlan()))
     return SMALL_MODEL_CALIBRATION_MODELS if macs <= SMALL_MODEL_MACS else CALIBRATION_MODELS
-
-
-def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> SpaceOps:
-    """Every distinct operator instance any plan of ``space`` can produce."""
-    templates = space_templates(model, example_inputs, space)
-    seen: dict[str, OpSpec] = {}
-    for key, t in templates.items():
-        sub = space.students.get(key, space)
-        for spec in enumerate_ops(t, sub):
-            seen.setdefault(spec.key, spec)
-    return SpaceOps(templates=templates, ops=list(seen.values()))
 
 
 def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
@@ -251,24 +189,43 @@ def _unprefixed(model_bytes: bytes) -> bytes:
     return bytes(proto.SerializeToString())
 
 
-def reference_op(ops: list[OpSpec]) -> OpSpec | None:
-    """The op the runner times every model beside: the FP32 convolution or matmul of
-    median MACs, a kernel like the ones the models are made of (None if there is none)."""
-    weighted = sorted(
-        (
-            o
-            for o in ops
-            if o.precision == "fp32" and o.sparsity == 0 and o.op_type in ("Conv", "Gemm", "MatMul")
-        ),
-        key=lambda o: (o.macs, o.key),
-    )
-    return weighted[len(weighted) // 2] if weighted else None
-
-
 def op_model_bytes(spec: OpSpec) -> bytes:
-    """The serialized ONNX model that measures ``spec`` (INT8 through ONNX Runtime)."""
+    """The serialized ONNX model that measures ``spec``: an FP32 op as it is; an INT8 op
+    quantized by ONNX Runtime's quantizer and then cut to the kernel on 8-bit tensors
+    (``_interior``), as it runs inside an INT8 chain; a precision boundary
+    (``QuantizeLinear``, ``DequantizeLinear``) on its own."""
     data: bytes = build_onnx(spec).SerializeToString()
-    return _int8(data, spec) if spec.precision.startswith("int8") else data
+    if spec.op_type in (QUANTIZE, DEQUANTIZE):
+        return data
+    return _interior(_int8(data, spec)) if spec.precision.startswith("int8") else data
+
+
+def _interior(model_bytes: bytes) -> bytes:
+    """A quantized op model without the QuantizeLinear of its graph inputs and the
+    DequantizeLinear of its graph outputs: the model reads and writes the 8-bit tensors
+    an INT8 chain passes from kernel to kernel. Those boundary ops are priced apart,
+    where a plan's graph changes precision (``_ops.boundaries``)."""
+    import onnx
+
+    proto = onnx.load_from_string(model_bytes)
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    inputs = {i.name: i for i in graph.input}
+    outputs = {o.name: o for o in graph.output}
+    for node in list(graph.node):
+        if node.op_type == "QuantizeLinear" and node.input[0] in inputs:
+            zero = inits.get(node.input[2]) if len(node.input) > 2 else None
+            vi = inputs[node.input[0]]
+            vi.name = node.output[0]
+            vi.type.tensor_type.elem_type = zero.data_type if zero is not None else 2
+            graph.node.remove(node)
+        elif node.op_type == "DequantizeLinear" and node.output[0] in outputs:
+            zero = inits.get(node.input[2]) if len(node.input) > 2 else None
+            vi = outputs[node.output[0]]
+            vi.name = node.input[0]
+            vi.type.tensor_type.elem_type = zero.data_type if zero is not None else 2
+            graph.node.remove(node)
+    return bytes(proto.SerializeToString())
 
 
 def _progress(label: str, done: int, total: int, start: float) -> None:
@@ -348,11 +305,9 @@ def write_bundle(
                     "precision": "fp32",
                 }
             )
-        reference = reference_op(found.ops)
         measured_ops = found.ops
         if few_shot:
-            keep = [reference] if reference is not None else []
-            measured_ops = few_shot_ops(found.ops, few_shot, keep=keep)
+            measured_ops = few_shot_ops(found.ops, few_shot)
         for i, spec in enumerate(measured_ops):
             file = f"models/op-{i:05d}.onnx"
             weights = put(zf, file, op_model_bytes(spec))
@@ -368,43 +323,24 @@ def write_bundle(
                     **weights,
                 }
             )
-            if spec is reference:
-                entries.append(
-                    {
-                        "id": "reference-op",
-                        "kind": "reference",
-                        "file": file,
-                        "key": f"reference-{spec.key}",
-                        **weights,
-                    }
-                )
             progress("ops", i + 1, len(measured_ops), start)
         tag = [f"few-shot-{few_shot}"] if few_shot else []
         digest = hashlib.sha256(
             json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
         ).hexdigest()[:16]
-        # whole models are timed beside the uncompressed model (see runner.REFERENCE_OF)
-        weights = put(
-            zf,
-            "models/reference-model.onnx",
-            whole_model_bytes(model, CompressionPlan(), example_inputs, calibration_data),
-        )
-        entries.append(
-            {
-                "id": "reference-model",
-                "kind": "reference",
-                "file": "models/reference-model.onnx",
-                "key": f"teacher-{digest}",
-                **weights,
-            }
-        )
-        for kind, seed0, count in (
-            ("calibration", CALIBRATION_SEED0, calibration),
-            ("validation", VALIDATION_SEED0, validation),
+        for kind, plans in (
+            ("calibration", calibration_plans(space, calibration, CALIBRATION_SEED0)),
+            (
+                "validation",
+                [
+                    (VALIDATION_SEED0 + i, space.sample(VALIDATION_SEED0 + i))
+                    for i in range(validation)
+                ],
+            ),
         ):
             start = time.perf_counter()
-            for i in range(count):
-                plan = space.sample(seed0 + i)
+            count = len(plans)
+            for i, (seed, plan) in enumerate(plans):
                 data = whole_model_bytes(model, plan, example_inputs, calibration_data)
                 file = f"models/{kind}-{i:04d}.onnx"
                 weights = put(zf, file, data)
@@ -414,8 +350,8 @@ def write_bundle(
                         "id": f"{kind}-{i:04d}",
                         "kind": kind,
                         "file": file,
-                        "key": f"{kind}-{digest}-{seed0 + i}",
-                        "seed": seed0 + i,
+                        "key": f"{kind}-{digest}-{seed}",
+                        "seed": seed,
                         "plan": plan.to_dict(),
                         "op_keys": [o.key for o in plan_ops(found.templates[arch], plan)],
                         "op_nodes": plan_op_nodes(found.templates[arch], plan),
@@ -432,10 +368,6 @@ def write_bundle(
             "op_count": len(measured_ops),
             "space_op_count": len(found.ops),
             **({"few_shot": few_shot} if few_shot else {}),
-            "references": {
-                "model": "reference-model",
-                **({"op": "reference-op"} if reference is not None else {}),
-            },
             "models": entries,
         }
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))

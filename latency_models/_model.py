@@ -11,6 +11,7 @@ import numpy as np
 
 from frontier.spaces import CompressionPlan, SearchSpace
 
+from ._arch import arch_key, space_templates
 from ._context import ContextModel, fit_context
 from ._correction import ALPHAS as CORRECTION_ALPHAS
 from ._correction import Correction, fit_correction
@@ -217,14 +218,10 @@ class LatencyModel:
     # -- binding models ---------------------------------------------------------------
     def bind(self, model: Any, example_inputs: Any, space: SearchSpace) -> None:
         """Prepare predictions for plans of ``space`` on ``model`` (exports it once)."""
-        from ._bundle import space_templates
-
         self._bound[id(model)] = space_templates(model, example_inputs, space)
 
     def predict(self, model: Any, plan: CompressionPlan) -> LatencyEstimate:
         """Predicted latency of ``model`` compressed by ``plan`` (``bind`` it first)."""
-        from ._bundle import arch_key
-
         templates = self._bound.get(id(model))
         if templates is None:
             raise ValueError(

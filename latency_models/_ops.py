@@ -218,6 +218,66 @@ def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
     return out
 
 
+#: The op types of precision boundaries: a tensor an FP32 op wrote is quantized once
+#: for the INT8 ops that read it, and one an INT8 op wrote is dequantized once for the
+#: FP32 ops (or the graph output) that read it. An INT8 op's table row is the kernel on
+#: 8-bit tensors alone (``_bundle.op_model_bytes``), so a chain of INT8 ops pays the
+#: boundary ops only at its two ends, as ONNX Runtime runs it.
+QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
+
+
+def boundary_spec(op_type: str, shape: tuple[int, ...]) -> OpSpec:
+    """The QuantizeLinear or DequantizeLinear op of a tensor of ``shape``."""
+    return OpSpec(
+        op_type=op_type,
+        fused=(),
+        input_shapes=(shape,),
+        output_shape=shape,
+        attrs=(),
+        kernel=(),
+        groups=1,
+        precision="int8",
+    )
+
+
+def int8_inputs(t: OpTemplate, precision: str) -> list[int]:
+    """Which data inputs of ``t`` it reads as 8-bit tensors at ``precision``: all of them
+    for an INT8 op, all but the FP32 residual Add's for ``INT8_FP32_ADD``, none for FP32."""
+    if precision == "int8":
+        return list(range(len(t.inputs)))
+    if precision == INT8_FP32_ADD:
+        return list(range(len(t.inputs) - 1))
+    return []
+
+
+def boundaries(
+    templates: Templates, precisions: list[str], present: set[int]
+) -> tuple[dict[int, tuple[int, int]], set[int]]:
+    """Where a plan's graph changes precision, by ``op_precisions``: the tensors to
+    quantize (producing op index, -1 for a graph input -> (consumer index, its input
+    position), the first INT8 reader) and the INT8 ops whose output is dequantized (an
+    FP32 op reads it, or nothing in the graph does: a graph output). ``present``: the
+    indices of the ops the plan runs."""
+    quantize: dict[int, tuple[int, int]] = {}
+    fp32_read: set[int] = set()
+    read: set[int] = set()
+    for i in sorted(present):
+        t = templates.ops[i]
+        as_int8 = set(int8_inputs(t, precisions[i]))
+        for k, src in enumerate(t.sources):
+            read.add(src)
+            src_int8 = src >= 0 and precisions[src] == "int8"
+            tensor = src if src >= 0 else -1 - k
+            if k in as_int8 and not src_int8 and tensor not in quantize:
+                quantize[tensor] = (i, k)
+            elif k not in as_int8 and src_int8:
+                fp32_read.add(src)
+    dequantize = {
+        i for i in present if precisions[i] == "int8" and (i in fp32_read or i not in read)
+    }
+    return quantize, dequantize
+
+
 def _plan_templates(
     templates: Templates, plan: CompressionPlan
 ) -> Iterator[tuple[int, OpTemplate, str | None, str]]:
@@ -232,26 +292,57 @@ def _plan_templates(
             yield i, t, variant, precision
 
 
+def _plan_entries(
+    templates: Templates, plan: CompressionPlan
+) -> Iterator[tuple[str, int, OpTemplate, str | None, str, int]]:
+    """Each op a model compressed by ``plan`` runs, in graph order, with the precision
+    boundaries (``boundaries``) where they run: ``(what, index, template, variant,
+    precision, input)``, ``what`` one of "op", ``QUANTIZE`` (before the op, of its
+    input ``input``) and ``DEQUANTIZE`` (after the op, of its output)."""
+    entries = list(_plan_templates(templates, plan))
+    precisions = op_precisions(templates, set(int8_layers(plan)))
+    quantize, dequantize = boundaries(templates, precisions, {i for i, *_ in entries})
+    before: dict[int, list[int]] = {}
+    for consumer, k in quantize.values():
+        before.setdefault(consumer, []).append(k)
+    for i, t, variant, precision in entries:
+        for k in sorted(before.get(i, ())):
+            yield QUANTIZE, i, t, variant, precision, k
+        yield "op", i, t, variant, precision, -1
+        if i in dequantize:
+            yield DEQUANTIZE, i, t, variant, precision, -1
+
+
 def plan_ops(templates: Templates, plan: CompressionPlan) -> list[OpSpec]:
-    """The ops a model compressed by ``plan`` runs (memoized per template and shape, since
-    a search asks for the same few shapes over and over)."""
+    """The ops a model compressed by ``plan`` runs, precision boundaries included
+    (memoized per template and shape, since a search asks for the same few shapes over
+    and over)."""
     keep = templates.keep(plan)
     out = []
-    for i, t, variant, precision in _plan_templates(templates, plan):
+    for what, i, t, variant, precision, k in _plan_entries(templates, plan):
         source = t if variant is None else templates.variants[variant].by_node.get(t.nodes[0], t)
         sparsity = plan.sparsity.get(t.module, 0.0) if t.weighted else 0.0
-        memo_key = (i, variant, precision, sparsity, *(keep[g] for g in t.group_names))
+        memo_key = (what, i, k, variant, precision, sparsity, *(keep[g] for g in t.group_names))
         spec = templates.memo.get(memo_key)
         if spec is None:
-            spec = templates.memo[memo_key] = instantiate(source, keep, precision, sparsity)
+            if what == "op":
+                spec = instantiate(source, keep, precision, sparsity)
+            else:
+                tensor = source.inputs[k] if what == QUANTIZE else source.output
+                spec = boundary_spec(what, tensor.at(keep))
+            templates.memo[memo_key] = spec
         out.append(spec)
     return out
 
 
 def plan_op_nodes(templates: Templates, plan: CompressionPlan) -> list[list[str]]:
     """The ONNX node names of each op ``plan_ops`` gives, in the same order (what a
-    profile of the compressed model is split by)."""
-    return [list(t.nodes) for _, t, _, _ in _plan_templates(templates, plan)]
+    profile of the compressed model is split by); a precision boundary owns none (its
+    nodes are the glue between ops)."""
+    return [
+        list(t.nodes) if what == "op" else []
+        for what, _, t, _, _, _ in _plan_entries(templates, plan)
+    ]
 
 
 def _variant(t: OpTemplate, techniques: list[Any], plan: CompressionPlan) -> str | None:
@@ -314,9 +405,17 @@ def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
                 keep = dict(zip(names, combo, strict=True))
                 for precision in options:
                     spec = instantiate(t, keep, precision)
-                    if spec.key not in seen:
-                        seen.add(spec.key)
-                        yield spec
+                    found = [spec]
+                    if precision == "int8":
+                        found.append(boundary_spec(DEQUANTIZE, spec.output_shape))
+                    found += [
+                        boundary_spec(QUANTIZE, spec.input_shapes[k])
+                        for k in int8_inputs(t, precision)
+                    ]
+                    for one in found:
+                        if one.key not in seen:
+                            seen.add(one.key)
+                            yield one
 
 
 #: ops whose constant inputs are int64 (shapes, axes, repeats); a Reduce op's axes too
@@ -324,9 +423,14 @@ _INT_CONST_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Expand", "Tile")
 
 
 def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
-    """A one-kernel FP32 ONNX model of ``spec`` (random weights), as an onnx ModelProto."""
+    """A one-kernel FP32 ONNX model of ``spec`` (random weights), as an onnx ModelProto;
+    for a precision boundary, its one QuantizeLinear or DequantizeLinear
+    (``boundary_model``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
+    if spec.op_type in (QUANTIZE, DEQUANTIZE):
+        return boundary_model(spec, opset)
 
     rng = np.random.default_rng(seed)
     inits: list[Any] = []
@@ -397,6 +501,34 @@ def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
         current = nxt
     output = helper.make_tensor_value_info(out, TensorProto.FLOAT, list(spec.output_shape))
     graph = helper.make_graph(nodes, "op", inputs, [output], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def boundary_model(spec: OpSpec, opset: int = 17) -> Any:
+    """A model of one QuantizeLinear (FP32 to UINT8) or DequantizeLinear (UINT8 to FP32)
+    of ``spec``'s tensor, with a per-tensor scale and zero point, as ONNX Runtime's
+    quantizer writes them for activations."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = list(spec.input_shapes[0])
+    types = (TensorProto.FLOAT, TensorProto.UINT8)
+    src, dst = types if spec.op_type == QUANTIZE else types[::-1]
+    inits = [
+        numpy_helper.from_array(np.array(0.05, dtype=np.float32), "scale"),
+        numpy_helper.from_array(np.array(128, dtype=np.uint8), "zero_point"),
+    ]
+    node = helper.make_node(spec.op_type, ["x0", "scale", "zero_point"], ["y"], name="op")
+    graph = helper.make_graph(
+        [node],
+        "boundary",
+        [helper.make_tensor_value_info("x0", src, shape)],
+        [helper.make_tensor_value_info("y", dst, shape)],
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.checker.check_model(model)

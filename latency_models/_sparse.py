@@ -12,8 +12,6 @@ small layers is usually more than the dense kernel.
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -21,14 +19,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import runner
 from ._ops import OpSpec
 from ._table import Row
+from .runner import CHUNK_MODELS, ROUND_S, ROUNDS
 
 #: Row op types of sparse-kernel rows: the kind plus this suffix, so fallback fits of
 #: dense kernels never mix them in.
 SPARSE_SUFFIX = "-sparse"
-MIN_RUNS = 30
-MAX_RUNS = 5000
 
 
 def sparse_variants(ops: Iterable[OpSpec], sparsities: Iterable[float]) -> Iterator[OpSpec]:
@@ -90,32 +88,17 @@ def sparse_kernel(spec: OpSpec, *, dense: bool = False, seed: int = 0) -> Callab
     return run
 
 
-def time_call(fn: Callable[[], Any], *, time_cap_s: float = 0.3) -> tuple[float, float, float, int]:
-    """Median, p10 and p90 (ms) and the run count of ``fn``, after a warm-up, timed for
-    at least MIN_RUNS runs and until ``time_cap_s`` has passed."""
-    for _ in range(5):
-        fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < MAX_RUNS and (
-        len(times) < MIN_RUNS or time.perf_counter() - start < time_cap_s
-    ):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    q = statistics.quantiles(times, n=10)
-    return statistics.median(times), q[0], q[-1], len(times)
-
-
 def measure_sparse_rows(
     specs: Iterable[OpSpec],
     *,
     overhead_ms: float,
     threads: int = 1,
-    time_cap_s: float = 0.3,
+    rounds: int = ROUNDS,
+    round_s: float = ROUND_S,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Row]:
-    """Measure sparse ``specs`` with the CSR kernel as table rows. ``overhead_ms`` (the
+    """Measure sparse ``specs`` with the CSR kernel as table rows, by the timing
+    protocol every table row follows (``runner.time_models``). ``overhead_ms`` (the
     table's per-run session overhead) is added, since predictions subtract it from every
     row: what is left is the kernel call as timed here."""
     specs = list(specs)
@@ -123,24 +106,28 @@ def measure_sparse_rows(
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for i, spec in enumerate(specs):
-            median, p10, p90, runs = time_call(sparse_kernel(spec), time_cap_s=time_cap_s)
-            rows.append(
-                Row(
-                    model_id=f"sparse-{i:05d}",
-                    kind="op",
-                    key=spec.key,
-                    op_type=spec.kind + SPARSE_SUFFIX,
-                    precision=spec.precision,
-                    status="ok",
-                    median_ms=median + overhead_ms,
-                    p10_ms=p10 + overhead_ms,
-                    p90_ms=p90 + overhead_ms,
-                    runs=runs,
-                )
+        for first in range(0, len(specs), CHUNK_MODELS):
+            chunk = specs[first : first + CHUNK_MODELS]
+            stats = runner.time_models(
+                [sparse_kernel(s) for s in chunk], rounds=rounds, round_s=round_s, seed=first
             )
+            for i, (spec, st) in enumerate(zip(chunk, stats, strict=True), start=first):
+                rows.append(
+                    Row(
+                        model_id=f"sparse-{i:05d}",
+                        kind="op",
+                        key=spec.key,
+                        op_type=spec.kind + SPARSE_SUFFIX,
+                        precision=spec.precision,
+                        status="ok",
+                        median_ms=st["median_ms"] + overhead_ms,
+                        p10_ms=st["p10_ms"] + overhead_ms,
+                        p90_ms=st["p90_ms"] + overhead_ms,
+                        runs=int(st["runs"]),
+                    )
+                )
             if progress is not None:
-                progress(i + 1, len(specs))
+                progress(len(rows), len(specs))
     finally:
         torch.set_num_threads(previous)
     return rows

@@ -61,7 +61,7 @@ class Row:
     p90_ms: float
     runs: int
     energy_mj: float | None = None
-    #: the median as measured, before normalising to the table's reference level
+    #: the median as measured (the same as ``median_ms`` since timing protocol 1)
     raw_median_ms: float = math.nan
 
 
@@ -164,17 +164,6 @@ class DeviceTable:
             profiles=self.profiles,
         )
 
-    def reference(self, role: str = "model") -> tuple[bytes, float] | None:
-        """The model the runner timed rows of ``role`` beside (``"model"``: whole models,
-        ``"op"``: ops) and its level in ms, when the rows are normalised to it
-        (``normalise`` in the runner); else None."""
-        ref = self.meta.get("references", {}).get(role)
-        file = Path(f"{self.path}.reference-{role}.onnx") if self.path is not None else None
-        if not ref or file is None or not file.exists():
-            return None
-        data = with_weights(file.read_bytes(), ref.get("weights") or [], ref.get("weights_seed", 0))
-        return data, float(ref["level_ms"])
-
     @functools.cached_property
     def overhead_ms(self) -> float:
         """Per-run session overhead: the median over the identity model's measurements
@@ -226,12 +215,8 @@ class DeviceTable:
             "ops_by_type": dict(sorted(by_type.items())),
             "unsupported_types": sorted(self.unsupported_types),
             "overhead_ms": self.overhead_ms,
-            # what the rows are normalised to (the runner's drift correction), if anything
-            "reference_level_ms": {
-                role: ref.get("level_ms") for role, ref in self.meta.get("references", {}).items()
-            },
-            # sessions the runner timed again because they fell in a slow spell
-            "slow_sessions_retimed": self.meta.get("slow_sessions_retimed"),
+            # how every row was timed (runner.protocol)
+            "protocol": self.meta.get("protocol"),
             "calibration_models": len(self.whole_models("calibration")),
             "validation_models": len(self.whole_models("validation")),
             "energy_column": any(r.energy_mj is not None for r in self.rows),
@@ -471,8 +456,15 @@ class DeviceStore:
             added["few_shot_from"] = few_shot_from
         merged_meta = {**table.meta, **added, "device": name}
         rows = table.rows
-        if merge and self.has(name):
-            old = self.load(name)
+        old = self.load(name) if merge and self.has(name) else None
+        if old is not None and old.meta.get("protocol") != table.meta.get("protocol"):
+            # rows timed another way are not comparable: the new run replaces them
+            warnings.append(
+                f"the stored {name} rows were timed with another protocol "
+                f"({old.meta.get('protocol')}) and were dropped"
+            )
+            old = None
+        if old is not None:
             new_keys = {r.key for r in rows}
             rows = [r for r in old.rows if r.key not in new_keys] + rows
             merged_meta = {**old.meta, **merged_meta}
@@ -486,7 +478,7 @@ class DeviceStore:
         write_rows(tmp, rows)
         shutil.move(str(tmp), target / "table.csv")
         profiles = {
-            **(self.load(name).profiles if merge and self.has(name) else {}),
+            **(old.profiles if old is not None else {}),
             **read_profiles(profiles_path(Path(path))),
         }
         with profiles_path(target / "table.csv").open("w") as f:
@@ -495,9 +487,6 @@ class DeviceStore:
         (target / "table.csv.meta.json").write_text(
             json.dumps(merged_meta, indent=2, sort_keys=True)
         )
-        for reference in Path(path).parent.glob(f"{Path(path).name}.reference-*.onnx"):
-            role = reference.name[len(Path(path).name) :]
-            shutil.copyfile(reference, target / f"table.csv{role}")
         if manifest is not None:
             whole = [
                 {
@@ -565,7 +554,7 @@ def _import_losses(path: Path, table: DeviceTable, manifest: dict[str, Any] | No
     if not Path(str(path) + ".meta.json").exists():
         losses.append(
             f"no {path.name}.meta.json: the device's CPU, threads, ONNX Runtime and the "
-            "reference levels its rows are normalised to would be unknown"
+            "timing protocol its rows were measured with would be unknown"
         )
     whole = [r for r in table.rows if r.kind in ("calibration", "validation")]
     bundle_id = table.meta.get("bundle_id")

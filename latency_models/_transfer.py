@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,8 +33,16 @@ from ._ops import OpSpec
 from ._table import MIN_FEW_SHOT_WHOLE_MODELS as MIN_WHOLE_MODELS
 from ._table import MIN_SHARED_OPS
 
-if TYPE_CHECKING:
-    from ._model import LatencyModel
+
+class BasePredictor(Protocol):
+    """What a transfer asks of its base device's predictor (a ``LatencyModel``)."""
+
+    table: Any
+
+    def op_cost(self, spec: OpSpec, *, native: bool = False) -> Any: ...
+
+    def predict_ops(self, specs: list[OpSpec]) -> Any: ...
+
 
 #: How many ops of a kind weigh as much as the all-kinds law in its fit (shrinkage).
 PRIOR_OPS = 3.0
@@ -71,7 +79,7 @@ class Transfer:
         loo_mape: each method's leave-one-out MAPE on the whole models.
     """
 
-    base: LatencyModel
+    base: BasePredictor
     laws: dict[str, tuple[float, float]]
     overall: tuple[float, float]
     measured: dict[str, float]
@@ -104,7 +112,7 @@ class Transfer:
 
 
 def fit_transfer(
-    base: LatencyModel,
+    base: BasePredictor,
     ops: Sequence[tuple[OpSpec, float]],
     overhead_ms: float,
     whole: Sequence[tuple[Sequence[OpSpec], float]],
@@ -167,7 +175,7 @@ def few_shot_ops(ops: Sequence[OpSpec], count: int, *, keep: Sequence[OpSpec] = 
     gets a share of the slots in proportion to its ops (at least one, largest kinds
     first when slots are short), spread evenly over its ops sorted by size (MACs, then
     bytes moved), so that each kind's law is fitted from its small to its large ops.
-    ``keep`` (the bundle's reference op) is always in."""
+    ``keep`` is always in."""
     if count < 1:
         raise ValueError(f"few-shot op count must be at least 1, got {count=}")
     groups: dict[str, list[OpSpec]] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import re
 import sys
 import tempfile
 import time
@@ -21,32 +20,19 @@ from torch import nn
 from frontier.spaces import SearchSpace
 
 from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, write_bundle
+from ._devices import LOCAL_CPU, local_device
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceMeta, DeviceStore, DeviceTable, write_rows
 from .runner import (
-    WHOLE_MODEL_SESSIONS,
-    SlowSpells,
-    combine_sessions,
+    PROTOCOL_VERSION,
+    ROUND_S,
+    ROUNDS,
     measure_bundle,
-    normalise,
+    measure_onnx,
     open_session,
     session_options,
-    time_session,
-    visit_order,
 )
-
-LOCAL_CPU = "local-cpu"
-_LOCAL = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
-
-
-def local_threads(device: str) -> int | None:
-    """The threads of a device measured on this machine: ``local-cpu`` (1 thread) or
-    ``local-cpu-Nt`` (N threads); None for any other device name."""
-    m = _LOCAL.fullmatch(device)
-    if m is None:
-        return None
-    return int(m["threads"] or 1)
 
 
 @contextmanager
@@ -93,7 +79,8 @@ def ensure_local_table(
     name: str = LOCAL_CPU,
     calibration: int | None = None,
     calibration_data: Any = None,
-    time_cap_s: float = 0.3,
+    rounds: int = ROUNDS,
+    round_s: float = ROUND_S,
 ) -> DeviceTable:
     """A table of this machine's CPU, measured here (with progress) for the ops it lacks:
     ``local-cpu`` with one ONNX Runtime thread, ``local-cpu-Nt`` with N.
@@ -103,26 +90,33 @@ def ensure_local_table(
     When the space searches unstructured sparsity, its sparse FP32 convolutions and
     linear layers also get sparse-kernel rows (PyTorch CSR matmul, ``_sparse``).
 
-    Each measuring run is normalised to its own bundle's references (the runner's drift
-    correction); the stored table keeps the latest run's references, so rows merged
-    from different runs share units only as far as the machine's state did.
+    Every row is timed by the runner's protocol (``runner.time_models``), in
+    milliseconds of this machine as it ran; a stored table timed by another protocol
+    is measured again in full.
     """
-    threads = local_threads(name)
-    if threads is None:
+    device = local_device(name)
+    if device is None:
         raise ValueError(f"{name!r} is not a local device (local-cpu or local-cpu-Nt)")
+    threads = device.threads
     store = store or DeviceStore()
     found = space_ops(model, example_inputs, space)
     table = store.load(name) if store.has(name) else None
+    if table is not None and table.meta.get("protocol", {}).get("version") != PROTOCOL_VERSION:
+        print(
+            f"the stored {name} table was timed with another protocol: measuring it again",
+            file=sys.stderr,
+        )
+        table = None
     if table is None or any(table.get(s.key) is None for s in found.ops):
         table = _measure_ops(
             model, example_inputs, space, found, store, name, threads, calibration,
-            calibration_data, time_cap_s,
+            calibration_data, rounds, round_s,
         )  # fmt: skip
     sparse = [
         s for s in sparse_variants(found.ops, space.options.sparsity) if table.get(s.key) is None
     ]
     if sparse:
-        table = _measure_sparse(table, sparse, store, threads, time_cap_s)
+        table = _measure_sparse(table, sparse, store, threads, rounds, round_s)
     return table
 
 
@@ -136,7 +130,8 @@ def _measure_ops(
     threads: int,
     calibration: int | None,
     calibration_data: Any,
-    time_cap_s: float,
+    rounds: int,
+    round_s: float,
 ) -> DeviceTable:
     print(f"measuring {found.count} ops for the {name} table ...", file=sys.stderr)
     power_w, source = cpu_power_w()
@@ -153,7 +148,7 @@ def _measure_ops(
             ops=found,
         )
         out = Path(tmp) / "table.csv"
-        measure_bundle(bundle, out, device=name, threads=threads, time_cap_s=time_cap_s)
+        measure_bundle(bundle, out, device=name, threads=threads, rounds=rounds, round_s=round_s)
         return store.import_table(
             out,
             name=name,
@@ -164,7 +159,12 @@ def _measure_ops(
 
 
 def _measure_sparse(
-    table: DeviceTable, specs: list[Any], store: DeviceStore, threads: int, time_cap_s: float
+    table: DeviceTable,
+    specs: list[Any],
+    store: DeviceStore,
+    threads: int,
+    rounds: int,
+    round_s: float,
 ) -> DeviceTable:
     import torch
 
@@ -178,7 +178,8 @@ def _measure_sparse(
         specs,
         overhead_ms=table.overhead_ms,
         threads=threads,
-        time_cap_s=time_cap_s,
+        rounds=rounds,
+        round_s=round_s,
         progress=lambda done, total: _progress("sparse ops", done, total, start),
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -249,74 +250,39 @@ def local_run(model_bytes: bytes, *, threads: int = 1) -> Callable[[], Any]:
     return open_session(model_bytes, session_options(threads))[0]
 
 
-def measure_local(
-    model_bytes: bytes,
-    *,
-    threads: int = 1,
-    time_cap_s: float = 1.0,
-    reference: tuple[bytes, float] | None = None,
-    sessions: int = 1,
-) -> float:
-    """Median latency in ms of an ONNX model on this machine's CPU, batch 1.
-
-    With ``reference`` (a table's reference model and level, ``DeviceTable.reference``)
-    the model is timed beside the reference and the median given in the table's units.
-    With ``sessions`` > 1, the median over that many fresh sessions.
-    """
-    return measure_models(
-        [model_bytes],
-        threads=threads,
-        time_cap_s=time_cap_s,
-        reference=reference,
-        sessions=sessions,
-    )[0]
+def measure_local(model_bytes: bytes, *, threads: int = 1) -> float:
+    """Latency in ms of an ONNX model on this machine's CPU, batch 1, by the timing
+    protocol (``runner.time_models``)."""
+    return measure_models([model_bytes], threads=threads)[0]
 
 
 def measure_models(
     models: Sequence[bytes | Path],
     *,
     threads: int = 1,
-    time_cap_s: float = 0.5,
-    reference: tuple[bytes, float] | None = None,
-    sessions: int = WHOLE_MODEL_SESSIONS,
+    rounds: int = ROUNDS,
+    round_s: float = ROUND_S,
     seed: int = 0,
     label: str = "",
 ) -> list[float]:
-    """Median latencies in ms of whole ONNX models (bytes or files) on this machine's
-    CPU, batch 1, measured as the device runner measures whole models: ``sessions``
-    fresh sessions of each, each timed for up to ``time_cap_s`` (beside ``reference``,
-    in its units, when given), visited in a seeded random order so that a slow spell
-    of the machine is spread over the models; a model's figure is the median over its
-    sessions. Beside a reference, a session the reference says fell in one of the
-    machine's slow spells is timed again once the spell has passed (``SlowSpells``), as
-    the device runner does. ``label`` names the models in progress output (none when empty)."""
-    if sessions < 1:
-        raise ValueError(f"sessions must be at least 1, got {sessions}")
-    visits = visit_order(dict.fromkeys(range(len(models)), sessions), seed)
-    ref_run = local_run(reference[0], threads=threads) if reference is not None else None
-    spells = SlowSpells() if ref_run is not None else None
-    timed: dict[int, list[dict[str, float]]] = {}
+    """Latencies in ms of whole ONNX models (bytes or files) on this machine's CPU,
+    batch 1, by the timing protocol every Frontier latency follows
+    (``runner.time_models``: one warm session per model, rounds that visit every model
+    in turn, the median of each model's round medians). ``label`` names the models in
+    progress output (none when empty)."""
     start = time.perf_counter()
-    n = 0
-    while n < len(visits):
-        i = visits[n]
-        n += 1
-        m = models[i]
-        run = local_run(m.read_bytes() if isinstance(m, Path) else m, threads=threads)
-        stats = time_session(run, reference=ref_run, time_cap_s=time_cap_s)
-        if spells is not None and spells.retime(i, stats, ref_run):
-            visits.insert(n, i)  # timed in a slow spell: this visit again
-            continue
-        timed.setdefault(i, []).append(
-            normalise(stats, reference[1]) if reference is not None else stats
-        )
-        if label and (n % 50 == 0 or n == len(visits)):
+
+    def progress(done: int, total: int) -> None:
+        if label:
             print(
-                f"measured {label}: {n}/{len(visits)} sessions "
-                f"({time.perf_counter() - start:.0f} s)",
+                f"measured {label}: {done}/{total} ({time.perf_counter() - start:.0f} s)",
                 file=sys.stderr,
             )
-    return [combine_sessions(timed[i])["median_ms"] for i in range(len(models))]
+
+    stats = measure_onnx(
+        models, threads=threads, rounds=rounds, round_s=round_s, seed=seed, progress=progress
+    )
+    return [s["median_ms"] for s in stats]
 
 
 def measure_plans(
@@ -330,8 +296,7 @@ def measure_plans(
 ) -> list[float]:
     """Whole-model latency (ms) of ``model`` compressed by each plan, exported as
     ``export_onnx`` writes it and measured here as the device runner measures whole
-    models: on the table's threads and time cap, in its units (against its reference
-    model)."""
+    models: by the timing protocol, on the table's threads."""
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         start = time.perf_counter()
@@ -345,13 +310,7 @@ def measure_plans(
                     f"exported {i + 1}/{len(plans)} ({time.perf_counter() - start:.0f} s)",
                     file=sys.stderr,
                 )
-        return measure_models(
-            files,
-            threads=int(table.meta.get("threads", 1) or 1),
-            time_cap_s=float(table.meta.get("time_cap_s", 0.5) or 0.5),
-            reference=table.reference("model"),
-            label=label,
-        )
+        return measure_models(files, threads=int(table.meta.get("threads", 1) or 1), label=label)
 
 
 def validate(

@@ -243,7 +243,9 @@ class LocalTableSection(_Section):
 
     #: None: 200 for a model of at most 10 M MACs, else 60 (``default_calibration``)
     calibration: int | None = Field(default=None, ge=0)
-    time_cap_s: float = Field(default=0.3, gt=0)
+    #: the timing protocol's rounds and seconds per visit (``runner.time_models``)
+    rounds: int = Field(default=5, ge=1)
+    round_s: float = Field(default=0.15, gt=0)
 
 
 class TrackingSection(_Section):

@@ -318,7 +318,8 @@ def resolve_tables(
                 name=name,
                 calibration_data=task.calibration_batches(),
                 calibration=config.local_table.calibration,
-                time_cap_s=config.local_table.time_cap_s,
+                rounds=config.local_table.rounds,
+                round_s=config.local_table.round_s,
             )
         elif store.has(name):
             tables[name] = store.load(name)

@@ -43,7 +43,7 @@ def _tiny_search(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **o
             # local tables of 20 calibration models, each model timed briefly: the
             # default 200 took 2 and 5 minutes (1 and 2 threads) on a 2-core CI machine
             "local_table.calibration": 20,
-            "local_table.time_cap_s": 0.05,
+            "local_table.round_s": 0.01,
             **overrides,
         }
     )
@@ -106,7 +106,7 @@ def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
         # (tests/search/test_surrogate.py covers it); this test is about the proxy rung
         "search.sampler=nsga2",
         "space.prune_ratios=[0.0,0.5]",
-        "local_table={calibration: 0, time_cap_s: 0.05}",
+        "local_table={calibration: 0, round_s: 0.01}",
     ):
         args += ["--set", setting]
     assert main(args) == 0
@@ -157,7 +157,7 @@ def test_resnet50_edge_with_data_and_weights_fine_tunes_under_its_constraints(
             ],
             "search.trials": 4,
             "search.population": 2,
-            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+            "local_table": {"calibration": 0, "round_s": 0.01},
         }
     )
     result = run(config, progress=False)
@@ -190,7 +190,7 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
         "unsupported-op",
         tmp_path,
         monkeypatch,
-        local_table={"calibration": 10, "time_cap_s": 0.05},
+        local_table={"calibration": 10, "round_s": 0.01},
     )
     evaluation = Evaluation(config)  # the stored local-cpu table, edge-npu derived from it
     npu, cpu = evaluation.context.latency["edge-npu"], evaluation.context.latency["local-cpu"]
@@ -233,7 +233,7 @@ def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
         "sparse-vs-structured",
         tmp_path,
         monkeypatch,
-        local_table={"calibration": 0, "time_cap_s": 0.02},
+        local_table={"calibration": 0, "round_s": 0.01},
     )
     evaluation = Evaluation(config)
     table = evaluation.tables["local-cpu"]
@@ -268,7 +268,7 @@ def _tiny_fashion_search(name: str, root: Path, extra: dict[str, Any]) -> Any:
             "search.population": 2,
             "search.fidelity.promote": 1.0,
             "backend.workers": 1,
-            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+            "local_table": {"calibration": 0, "round_s": 0.01},
             **extra,
         }
     )
@@ -328,7 +328,7 @@ def test_text_student_finds_students_under_its_accuracy_constraint(
             "search.population": 3,
             "search.fidelity.promote": 1.0,
             "backend.workers": 1,
-            "local_table": {"calibration": 0, "time_cap_s": 0.05},
+            "local_table": {"calibration": 0, "round_s": 0.01},
         }
     )
     result = run(config, progress=False)

@@ -53,12 +53,10 @@ def test_csr_kernel_computes_what_the_dense_layer_does(spec: OpSpec) -> None:
 
 
 def test_rows_are_measured_and_the_overhead_added_back() -> None:
-    rows = measure_sparse_rows(
-        sparse_variants([CONV, GEMM], [0.5]), overhead_ms=0.25, time_cap_s=0.01
-    )
+    rows = measure_sparse_rows(sparse_variants([CONV, GEMM], [0.5]), overhead_ms=0.25)
     assert [r.op_type for r in rows] == ["conv-sparse", "linear-sparse"]
     for r in rows:
-        assert r.status == "ok" and r.runs >= 30
+        assert r.status == "ok" and r.runs >= 25
         assert 0.25 < r.p10_ms <= r.median_ms <= r.p90_ms
 
 
@@ -68,7 +66,7 @@ def test_local_table_gets_sparse_rows_and_sparse_plans_use_them(mlp_setup, store
         prune_ratios=(0.0, 0.5), weight_bits=(32,), act_bits=(32,), sparsity=(0.0, 0.9)
     )
     space = discover(model, x, options)
-    table = ensure_local_table(model, x, space, store=store, calibration=0, time_cap_s=0.01)
+    table = ensure_local_table(model, x, space, store=store, calibration=0)
     sparse_rows = [r for r in table.ops() if r.op_type.endswith("-sparse")]
     assert len(sparse_rows) == sum(1 for _ in sparse_variants(_ops(model, x, space), [0.9]))
     assert "CSR" in table.meta["sparse_kernels"]

@@ -69,7 +69,10 @@ def test_every_op_a_plan_can_run_is_enumerated_and_builds(text) -> None:
     for spec in enumerated.values():  # every one loads and runs: none left to a fallback
         session = ort.InferenceSession(build_onnx(spec).SerializeToString())
         assert [i.shape for i in session.get_inputs()] == [list(s) for s in spec.input_shapes]
-        feeds = {i.name: np.ones(i.shape, dtype=np.float32) for i in session.get_inputs()}
+        feeds = {
+            i.name: np.ones(i.shape, np.uint8 if i.type == "tensor(uint8)" else np.float32)
+            for i in session.get_inputs()
+        }
         assert list(session.run(None, feeds)[0].shape) == list(spec.output_shape), spec.key
 
 
