@@ -245,6 +245,10 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
             source = "exported again"
         measured = measure_side_by_side([teacher_path, picked_path], config.device_store, device)
         baseline["latency_measured_ms"] = measured[0]
+        # and as a user checks a number: a plain ONNX Runtime loop (bench_latency_trust)
+        from bench_latency_trust import plain_loop_ms
+
+        baseline["latency_plain_loop_ms"] = plain_loop_ms(teacher_path)
         split = "test" if row.rung == "full" else "val"
         picked = {
             "trial": int(row.trial),
@@ -255,6 +259,7 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
             "size_bytes": float(row.size_bytes) if "size_bytes" in row else None,
             "latency_ms": float(row[latency]),
             "latency_measured_ms": measured[1],
+            "latency_plain_loop_ms": plain_loop_ms(picked_path),
             "onnx_from": source,
             "plan": plan,
         }

@@ -12,7 +12,8 @@ import numpy as np
 from frontier.spaces import CompressionPlan, SearchSpace
 
 from ._arch import arch_key, space_templates
-from ._context import ContextModel, fit_context
+from ._calibration import CALIBRATIONS, Sample, nnls
+from ._context import ContextModel
 from ._correction import ALPHAS as CORRECTION_ALPHAS
 from ._correction import Correction, fit_correction
 from ._ops import OpSpec, plan_ops
@@ -20,8 +21,6 @@ from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row
 from ._transfer import Transfer, fit_transfer
 from ._transfer import summary as transfer_summary
 
-#: Feature groups of the whole-model calibration: the per-op sums of each are scaled.
-CALIBRATION_GROUPS = ("conv", "dwconv", "linear", "other")
 DEFAULT_TRANSFER_GBPS = 1.0
 #: Fewest calibration models a per-op correction is tried with.
 MIN_CORRECTION_MODELS = 20
@@ -93,14 +92,6 @@ def _log_features(spec: OpSpec) -> np.ndarray:
     return np.array([*np.log1p(sizes), 1.0])
 
 
-def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    from scipy.optimize import nnls
-
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
-    coef, _ = nnls(x / scale, y)
-    return np.asarray(coef / scale)
-
-
 def _fit_fallback(kind: str, specs: list[OpSpec], ms: np.ndarray) -> FallbackFit:
     """Compare, by 5-fold cross-validated weighted absolute percentage error (the summed
     absolute error over the summed measured time: what a whole model's sum is off by;
@@ -118,7 +109,7 @@ def _fit_fallback(kind: str, specs: list[OpSpec], ms: np.ndarray) -> FallbackFit
 
     def fit(method: str, rows: np.ndarray) -> FallbackFit:
         if method == "linear":
-            return FallbackFit(kind, method, math.inf, len(rows), coef=_nnls(x[rows], ms[rows]))
+            return FallbackFit(kind, method, math.inf, len(rows), coef=nnls(x[rows], ms[rows]))
         if method == "power":
             coef = np.linalg.lstsq(logs[rows], log_ms[rows], rcond=None)[0]
             return FallbackFit(kind, method, math.inf, len(rows), coef=coef)
@@ -158,16 +149,6 @@ def error_summary(predicted: list[float], measured: list[float]) -> dict[str, An
         "mape": round(float(np.abs(err).mean()), 4),
         "kendall_tau": round(tau, 4) if math.isfinite(tau) else None,
     }
-
-
-@dataclass
-class Sample:
-    """One measured calibration model."""
-
-    specs: list[OpSpec]
-    op_nodes: list[list[str]] | None
-    profile: dict[str, Any] | None
-    measured_ms: float
 
 
 @dataclass
@@ -320,13 +301,6 @@ class LatencyModel:
             return OpCost(spec.key, spec.kind, self._op_ms(row), "table", energy_mj=row.energy_mj)
         return OpCost(spec.key, spec.kind, self._fallback(spec), "fallback")
 
-    def _group_sums(self, costs: list[OpCost]) -> np.ndarray:
-        sums = dict.fromkeys(CALIBRATION_GROUPS, 0.0)
-        for c in costs:
-            group = c.kind if c.kind in sums else "other"
-            sums[group] += c.latency_ms
-        return np.array([sums[g] for g in CALIBRATION_GROUPS])
-
     # -- calibration against whole models -------------------------------------------
     def calibration_samples(self) -> list[Sample]:
         """The table's measured calibration models, with their ops (and profiles)."""
@@ -348,46 +322,20 @@ class LatencyModel:
             )
         return samples
 
-    def fit_groups(self, samples: list[Sample]) -> dict[str, float] | None:
-        """Fit whole-model latency ~ overhead + sum_g coef_g * (group g's op sum)."""
-        if len(samples) < len(CALIBRATION_GROUPS) + 2:
-            return None
-        x = np.array(
-            [self._group_sums([self.op_cost(o, native=True) for o in s.specs]) for s in samples]
-        )
-        y = np.array([s.measured_ms - self.table.overhead_ms for s in samples])
-        used = x.sum(axis=0) > 0
-        coef = np.ones(len(CALIBRATION_GROUPS))
-        coef[used] = _nnls(x[:, used], y)
-        return dict(zip(CALIBRATION_GROUPS, map(float, coef), strict=True))
+    @property
+    def overhead_ms(self) -> float:
+        """The table's per-run session overhead (``Pricer``)."""
+        return self.table.overhead_ms
 
-    def fit_context(self, samples: list[Sample]) -> ContextModel | None:
-        """Fit in-context op times from profiled calibration models."""
-        profiled = [
-            (s.specs, s.op_nodes, s.profile, s.measured_ms)
-            for s in samples
-            if s.profile is not None and s.op_nodes is not None
-        ]
-        return fit_context(profiled, self._isolated_ms, gaps=self.gap_glue)
-
-    def _isolated_ms(self, spec: OpSpec) -> float:
+    def isolated_ms(self, spec: OpSpec) -> float:
+        """``spec``'s table price as if this device ran it (``Pricer``)."""
         return self.op_cost(spec, native=True).latency_ms
 
     def _fit(self, method: str, samples: list[Sample]) -> Any:
-        if method == "groups":
-            return self.fit_groups(samples)
-        if method == "context":
-            return self.fit_context(samples)
-        return "sum"
+        return CALIBRATIONS[method].fit(self, samples)
 
     def _predict_with(self, method: str, fitted: Any, specs: list[OpSpec]) -> float:
-        if method == "context":  # prices only the ops no calibration model ran
-            return float(fitted.predict(specs, self._isolated_ms))
-        costs = [self.op_cost(s, native=True) for s in specs]
-        if method == "groups":
-            coef = np.array([fitted.get(g, 1.0) for g in CALIBRATION_GROUPS])
-            return float(self._group_sums(costs) @ coef) + self.table.overhead_ms
-        return sum(c.latency_ms for c in costs) + self.table.overhead_ms
+        return CALIBRATIONS[method].predict(self, fitted, specs)
 
     def choose_calibration(self) -> None:
         """Pick how the per-op sum becomes a whole-model prediction: the plain sum, the
@@ -410,7 +358,7 @@ class LatencyModel:
         folds = []
         if len(samples) >= MIN_CALIBRATION_MODELS:
             folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
-            for method in ("sum", "groups", "context"):
+            for method in CALIBRATIONS:
                 fits = [self._fit(method, [samples[i] for i in train]) for train, _ in folds]
                 if any(f is None for f in fits):
                     continue

@@ -1,0 +1,273 @@
+"""Does the latency a table predicts match what the model runs at, as a user measures it?
+
+For each space (a built-in experiment): measures its ``local-cpu`` table here from
+scratch (the timing protocol, ``runner.time_models``), then prices and measures
+
+- 50 seeded random plans (the seeds ``frontier lut validate`` uses, none of them in
+  the table's calibration set),
+- the corner plans (every prune ratio applied to every layer, all FP32 and all INT8;
+  the table's calibration set holds these, so they check the fit where searches go),
+- the scenario's last pick (``report-logs/scenarios.json``), where there is one,
+
+with the protocol twice (the second pass in another order: the repeatability ceiling)
+and with a plain ONNX Runtime loop written here as a user would write it (one
+session, 1 thread, 30 warm-up runs, then 300 runs or 1 s back to back, the median).
+
+Latency does not depend on weight values, so the models are built untrained (the
+ImageNet weights for Lite0, MiniLM's for the text teacher): nothing is trained; and INT8
+activation ranges are calibrated on one batch of 8.
+
+Each space's table is measured in a store of its own (``--store DIR/SPACE``), so it is
+calibrated on its own space's whole models.
+
+Run: python benchmarks/bench_latency_trust.py [SPACE ...] [--samples 50]
+     [--store DIR] [--json benchmarks/report-logs/latency-trust.json]
+Writes one entry per space into the JSON (others already there are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SPACES = [
+    "digits-cnn",
+    "efficientnet-lite0-cpu",
+    "mobilenetv2-flops40",
+    "resnet50-edge",
+    "text-student",
+]
+HERE = Path(__file__).parent
+SCENARIOS = HERE / "report-logs" / "scenarios.json"
+
+
+def plain_loop_ms(path: Path, *, warmup: int = 30, runs: int = 300, max_s: float = 1.0) -> float:
+    """What a user checking a number writes: one session, one thread, warm up, then the
+    median of back-to-back runs."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in session.get_inputs():
+        dims = [d if isinstance(d, int) else 1 for d in inp.shape]
+        if "int" in inp.type:
+            feeds[inp.name] = rng.integers(1, 5, size=dims).astype(np.int64)
+        else:
+            feeds[inp.name] = rng.standard_normal(dims).astype(np.float32)
+    for _ in range(warmup):
+        session.run(None, feeds)
+    times = []
+    start = time.perf_counter()
+    while len(times) < runs and time.perf_counter() - start < max_s:
+        t0 = time.perf_counter()
+        session.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def untrained_tasks() -> None:
+    """Build the tasks' models without training them (latency does not depend on the
+    weights' values)."""
+    from frontier.experiments import _digits, _fashion, _text
+
+    def keep(model: Any, path: Path, train: Any) -> Any:
+        return model.eval()
+
+    for module in (_digits, _fashion, _text):
+        module.load_or_train = keep  # type: ignore[attr-defined]
+
+
+def agreement(a: list[float], b: list[float]) -> dict[str, Any]:
+    """How far ``a`` is from ``b`` (both ms): the largest relative gap, the share within
+    5% and the median gap."""
+    gap = np.abs(np.asarray(a) / np.asarray(b) - 1)
+    return {
+        "max_gap": round(float(gap.max()), 4),
+        "within_5pct": round(float((gap <= 0.05).mean()), 4),
+        "median_gap": round(float(np.median(gap)), 4),
+    }
+
+
+def scenario_pick(name: str) -> dict[str, Any] | None:
+    if not SCENARIOS.exists():
+        return None
+    for row in json.loads(SCENARIOS.read_text()):
+        if row.get("scenario") == name and row.get("picked", {}).get("plan"):
+            return dict(row["picked"]["plan"])
+    return None
+
+
+def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
+    from frontier.latency_models import (
+        DeviceStore,
+        LatencyModel,
+        corner_plans,
+        ensure_local_table,
+        error_summary,
+        measure_models,
+    )
+    from frontier.latency_models._bundle import VALIDATION_SEED0, whole_model_bytes
+    from frontier.latency_models._validate import quiet_root_logger
+    from frontier.search.cli import _load, _task_and_space
+    from frontier.spaces import CompressionPlan
+
+    config = _load(name)
+    task, model, space = _task_and_space(config)
+    # INT8 activation ranges do not move latency: one small batch calibrates them
+    example, calibration = task.example_inputs(), task.calibration_batches(batches=1, batch_size=8)
+    start = time.perf_counter()
+    table = ensure_local_table(
+        model, example, space, store=DeviceStore(store_dir), calibration_data=calibration
+    )
+    table_s = time.perf_counter() - start
+    latency = LatencyModel(table)
+    latency.bind(model, example, space)
+    plans: list[tuple[str, str, CompressionPlan]] = [
+        ("random", f"seed {VALIDATION_SEED0 + i}", space.sample(VALIDATION_SEED0 + i))
+        for i in range(samples)
+    ]
+    plans += [("corner", label, plan) for label, plan in corner_plans(space)]
+    pick = scenario_pick(config.name)
+    if pick is not None:
+        plans.append(("pick", "the scenario's last pick", CompressionPlan.from_dict(pick)))
+    predicted = [latency.predict(model, plan).latency_ms for _, _, plan in plans]
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for i, (_, _, plan) in enumerate(plans):
+            with quiet_root_logger():
+                data = whole_model_bytes(model, plan, example, calibration)
+            files.append(Path(tmp) / f"{i}.onnx")
+            files[-1].write_bytes(data)
+        print(f"{name}: {len(files)} models exported; measuring", file=sys.stderr)
+        first = measure_models(files, label=f"{name} pass 1", seed=0)
+        plain = [plain_loop_ms(f) for f in files]
+        second = measure_models(files, label=f"{name} pass 2", seed=1)
+    rows = [
+        {
+            "set": kind,
+            "plan": label,
+            "predicted_ms": round(p, 5),
+            "measured_ms": round(m, 5),
+            "measured_again_ms": round(m2, 5),
+            "plain_loop_ms": round(u, 5),
+            "error": round(p / m - 1, 4),
+        }
+        for (kind, label, _), p, m, m2, u in zip(
+            plans, predicted, first, second, plain, strict=True
+        )
+    ]
+
+    def summary(kind: str) -> dict[str, Any]:
+        chosen = [r for r in rows if r["set"] == kind]
+        if not chosen:
+            return {}
+        pred = [r["predicted_ms"] for r in chosen]
+        meas = [r["measured_ms"] for r in chosen]
+        again = [r["measured_again_ms"] for r in chosen]
+        return {
+            **error_summary(pred, meas),
+            "repeatability": error_summary(again, meas),
+            "protocol_vs_plain_loop": agreement(meas, [r["plain_loop_ms"] for r in chosen]),
+        }
+
+    quality = latency.quality()
+    return {
+        "space": config.name,
+        "table_ops": len(table.ops()),
+        "calibration_models": len(table.whole_models("calibration")),
+        "table_s": round(table_s, 1),
+        "calibration": quality["calibration"],
+        "cv_mape": latency.method_cv.get(latency.method or "", None),
+        "protocol": table.meta.get("protocol"),
+        "random": summary("random"),
+        "corners": summary("corner"),
+        "pick": summary("pick"),
+        "baseline": next(r for r in rows if r["plan"] == "prune 0, fp32"),
+        "rows": rows,
+    }
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The REPORT table of ``latency-trust.json``."""
+
+    def cell(s: dict[str, Any]) -> str:
+        if not s:
+            return "-"
+        rep = s["repeatability"]
+        tau = f" / tau {s['kendall_tau']:.2f}" if s["kendall_tau"] is not None else ""
+        return (
+            f"{s['within_10pct']:.0%} / {s['mape']:.1%}{tau} "
+            f"(ceiling {rep['within_10pct']:.0%} / {rep['mape']:.1%})"
+        )
+
+    lines = [
+        "| space | table: ops, calibration models, s | CV MAPE | random plans | corners | "
+        "last pick | protocol / plain loop: median, max gap |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        gaps = [abs(row["measured_ms"] / row["plain_loop_ms"] - 1) for row in r["rows"]]
+        cv = f"{r['cv_mape']:.1%}" if r.get("cv_mape") is not None else "-"
+        lines.append(
+            f"| {name} | {r['table_ops']}, {r['calibration_models']}, {r['table_s']:.0f} | {cv} | "
+            f"{cell(r['random'])} | {cell(r['corners'])} | {cell(r['pick'])} | "
+            f"{float(np.median(gaps)):.1%}, {max(gaps):.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("spaces", nargs="*", default=SPACES, help=f"default: {SPACES}")
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument(
+        "--store", type=Path, help="device stores, one folder per space (default: fresh ones)"
+    )
+    parser.add_argument("--json", type=Path, default=HERE / "report-logs" / "latency-trust.json")
+    parser.add_argument(
+        "--report", action="store_true", help="print the REPORT table of --json and stop"
+    )
+    args = parser.parse_args()
+    if args.report:
+        print(markdown(json.loads(args.json.read_text())))
+        return
+    untrained_tasks()
+    results = json.loads(args.json.read_text()) if args.json.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = args.store or Path(tmp)
+        for name in args.spaces:
+            start = time.perf_counter()
+            # a store per space: each table is calibrated on its own space's models
+            result = run_space(name, args.samples, store / name)
+            result["wall_s"] = round(time.perf_counter() - start, 1)
+            results[name] = result
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(results, indent=1))
+            for part in ("random", "corners", "pick"):
+                s = result[part]
+                if s:
+                    print(
+                        f"{name} {part}: {s['within_10pct']:.0%} within 10%, MAPE "
+                        f"{s['mape']:.1%}, tau {s['kendall_tau']}; repeat "
+                        f"{s['repeatability']['within_10pct']:.0%} / "
+                        f"{s['repeatability']['mape']:.1%}; protocol vs plain loop max gap "
+                        f"{s['protocol_vs_plain_loop']['max_gap']:.1%}",
+                        flush=True,
+                    )
+            print(f"{name}: table CV MAPE {result['cv_mape']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

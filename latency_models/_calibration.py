@@ -1,0 +1,125 @@
+"""How a table's per-op sum becomes a whole-model prediction: calibrations fitted on
+the whole models a device measured, each a class behind one small protocol, so
+``LatencyModel`` cross-validates them (and blends of them) by one function and a new
+calibration is one class added to ``CALIBRATIONS``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._context import fit_context
+from ._ops import OpSpec
+
+#: Feature groups of the ``groups`` calibration: the per-op sums of each are scaled.
+CALIBRATION_GROUPS = ("conv", "dwconv", "linear", "other")
+
+
+@dataclass
+class Sample:
+    """One measured calibration model."""
+
+    specs: list[OpSpec]
+    op_nodes: list[list[str]] | None
+    profile: dict[str, Any] | None
+    measured_ms: float
+
+
+class Pricer(Protocol):
+    """What a calibration asks of the op pricer (a ``LatencyModel``)."""
+
+    gap_glue: bool
+
+    @property
+    def overhead_ms(self) -> float: ...
+
+    def isolated_ms(self, spec: OpSpec) -> float: ...
+
+
+class Calibration(Protocol):
+    """A way to turn op prices into whole-model latency, fitted on ``Sample``s."""
+
+    name: str
+
+    def fit(self, pricer: Pricer, samples: list[Sample]) -> Any:
+        """The fitted state, or None where these samples cannot fit it."""
+
+    def predict(self, pricer: Pricer, fitted: Any, specs: list[OpSpec]) -> float:
+        """Whole-model latency (ms) of a model running ``specs``."""
+
+
+def group_sums(pricer: Pricer, specs: list[OpSpec]) -> np.ndarray:
+    """The summed op prices of each of ``CALIBRATION_GROUPS``."""
+    sums = dict.fromkeys(CALIBRATION_GROUPS, 0.0)
+    for spec in specs:
+        group = spec.kind if spec.kind in sums else "other"
+        sums[group] += pricer.isolated_ms(spec)
+    return np.array([sums[g] for g in CALIBRATION_GROUPS])
+
+
+def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares with columns scaled to 1 (``x`` may mix ms and counts)."""
+    from scipy.optimize import nnls as _nnls
+
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
+    coef, _ = _nnls(x / scale, y)
+    return np.asarray(coef / scale)
+
+
+class SumCalibration:
+    """The plain sum of the op prices plus one per-run overhead."""
+
+    name = "sum"
+
+    def fit(self, pricer: Pricer, samples: list[Sample]) -> Any:
+        return "sum"
+
+    def predict(self, pricer: Pricer, fitted: Any, specs: list[OpSpec]) -> float:
+        return sum(pricer.isolated_ms(s) for s in specs) + pricer.overhead_ms
+
+
+class GroupsCalibration:
+    """Each op group's sum (conv, depthwise conv, linear, other) scaled by a factor
+    fitted by non-negative least squares: latency ~ overhead + sum_g coef_g * sum_g."""
+
+    name = "groups"
+
+    def fit(self, pricer: Pricer, samples: list[Sample]) -> dict[str, float] | None:
+        if len(samples) < len(CALIBRATION_GROUPS) + 2:
+            return None
+        x = np.array([group_sums(pricer, s.specs) for s in samples])
+        y = np.array([s.measured_ms - pricer.overhead_ms for s in samples])
+        used = x.sum(axis=0) > 0
+        coef = np.ones(len(CALIBRATION_GROUPS))
+        coef[used] = nnls(x[:, used], y)
+        return dict(zip(CALIBRATION_GROUPS, map(float, coef), strict=True))
+
+    def predict(self, pricer: Pricer, fitted: Any, specs: list[OpSpec]) -> float:
+        coef = np.array([fitted.get(g, 1.0) for g in CALIBRATION_GROUPS])
+        return float(group_sums(pricer, specs) @ coef) + pricer.overhead_ms
+
+
+class ContextCalibration:
+    """In-context op times and gap glue from the profiled calibration models
+    (``_context``); prices by the table only the ops no calibration model ran."""
+
+    name = "context"
+
+    def fit(self, pricer: Pricer, samples: list[Sample]) -> Any:
+        profiled = [
+            (s.specs, s.op_nodes, s.profile, s.measured_ms)
+            for s in samples
+            if s.profile is not None and s.op_nodes is not None
+        ]
+        return fit_context(profiled, pricer.isolated_ms, gaps=pricer.gap_glue)
+
+    def predict(self, pricer: Pricer, fitted: Any, specs: list[OpSpec]) -> float:
+        return float(fitted.predict(specs, pricer.isolated_ms))
+
+
+#: The calibrations ``LatencyModel.choose_calibration`` cross-validates, by name.
+CALIBRATIONS: dict[str, Calibration] = {
+    c.name: c for c in (SumCalibration(), GroupsCalibration(), ContextCalibration())
+}
