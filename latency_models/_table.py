@@ -279,7 +279,9 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
     if version not in READABLE_VERSIONS:
         raise TableError(
             f"{meta_path}: bundle_version {version!r}; this Frontier reads "
-            f"{list(READABLE_VERSIONS)}"
+            f"{list(READABLE_VERSIONS)} (version 3 times INT8 ops inside their chain and "
+            "their precision boundaries apart): write the bundle again with `frontier lut "
+            "ops`, measure it and import it"
         )
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
@@ -456,7 +458,12 @@ class DeviceStore:
             added["few_shot_from"] = few_shot_from
         merged_meta = {**table.meta, **added, "device": name}
         rows = table.rows
-        old = self.load(name) if merge and self.has(name) else None
+        old = None
+        if merge and self.has(name):
+            try:
+                old = self.load(name)
+            except TableError as err:  # an older bundle version: replaced, not merged
+                warnings.append(f"the stored {name} table was dropped: {err}")
         if old is not None and old.meta.get("protocol") != table.meta.get("protocol"):
             # rows timed another way are not comparable: the new run replaces them
             warnings.append(

@@ -23,7 +23,7 @@ from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, 
 from ._devices import LOCAL_CPU, local_device
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
-from ._table import DeviceMeta, DeviceStore, DeviceTable, write_rows
+from ._table import DeviceMeta, DeviceStore, DeviceTable, TableError, write_rows
 from .runner import (
     PROTOCOL_VERSION,
     ROUND_S,
@@ -100,7 +100,11 @@ def ensure_local_table(
     threads = device.threads
     store = store or DeviceStore()
     found = space_ops(model, example_inputs, space)
-    table = store.load(name) if store.has(name) else None
+    try:
+        table = store.load(name) if store.has(name) else None
+    except TableError as err:  # a table of an older bundle version: measured again
+        print(f"{err}; measuring it again", file=sys.stderr)
+        table = None
     if table is not None and table.meta.get("protocol", {}).get("version") != PROTOCOL_VERSION:
         print(
             f"the stored {name} table was timed with another protocol: measuring it again",

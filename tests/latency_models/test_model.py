@@ -103,6 +103,31 @@ def test_local_cpu_table_is_measured_once(mlp_setup, store, capsys) -> None:
     assert est.predict(model, space.sample(3)).coverage["fallback"] == 0
 
 
+@pytest.mark.parametrize(
+    "stale",
+    [{"bundle_version": 2}, {"protocol": {"name": "reference-interleaved", "version": 0}}],
+    ids=["old-bundle", "old-protocol"],
+)
+def test_a_local_table_timed_the_old_way_is_measured_again(mlp_setup, store, capsys, stale) -> None:
+    """A local-cpu table of an older bundle version or timing protocol is never mixed
+    with rows timed now: the next use measures the whole table again."""
+    import json
+
+    from frontier.latency_models import PROTOCOL_VERSION, ensure_local_table
+
+    task, model, x, space = mlp_setup
+    data = task.calibration_batches()
+    ensure_local_table(model, x, space, store=store, calibration=8, calibration_data=data)
+    meta_path = store.root / "devices" / "local-cpu" / "table.csv.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, **stale}))
+    capsys.readouterr()
+    again = ensure_local_table(model, x, space, store=store, calibration=8, calibration_data=data)
+    assert "measuring" in capsys.readouterr().err
+    assert again.meta["protocol"]["version"] == PROTOCOL_VERSION
+    assert again.meta["bundle_version"] == 3
+
+
 def test_sparsity_only_pays_with_a_sparse_kernel_row(table, mlp_setup, ops) -> None:
     import dataclasses
 
