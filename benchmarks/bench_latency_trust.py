@@ -230,7 +230,9 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("spaces", nargs="*", default=SPACES, help=f"default: {SPACES}")
+    parser.add_argument(
+        "spaces", nargs="*", default=SPACES, help=f"experiments or config files (default: {SPACES})"
+    )
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument(
         "--store", type=Path, help="device stores, one folder per space (default: fresh ones)"
@@ -250,8 +252,9 @@ def main() -> None:
         for name in args.spaces:
             start = time.perf_counter()
             # a store per space: each table is calibrated on its own space's models
-            result = run_space(name, args.samples, store / name)
+            result = run_space(name, args.samples, store / Path(name).stem)
             result["wall_s"] = round(time.perf_counter() - start, 1)
+            name = result["space"]
             results[name] = result
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(results, indent=1))
