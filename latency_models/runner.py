@@ -52,17 +52,17 @@ COLUMNS = [
 ]
 
 #: The one timing protocol (``time_models``). Every latency Frontier reports (table
-#: rows, calibration and validation models, ``lut validate``, the search's measured
-#: picks, the benchmarks) is this: one ONNX Runtime session per model, sequential
-#: execution, the table's intra-op threads; ``WARMUP_RUNS`` runs first; then
-#: ``ROUNDS`` rounds that visit every model in turn (a seeded order per round), each
-#: visit running the model ``ROUND_WARMUP_RUNS`` times untimed (the model before it
-#: left its own data in the caches) and then back to back for ``ROUND_S`` seconds (at
-#: least ``MIN_ROUND_RUNS`` runs, at most ``MAX_ROUND_RUNS``), keeping the median; a
-#: model's latency is the median
-#: of its round medians. That is what a user's plain loop measures (one warm session,
-#: median of many runs), in milliseconds of the machine as it runs now; drift over a
-#: run falls on every model a little, because the rounds interleave them.
+#: rows, calibration and validation models, ``lut validate``, ``frontier pick``, the
+#: benchmarks) is this: one ONNX Runtime session per model, sequential execution, the
+#: table's intra-op threads; ``WARMUP_RUNS`` runs first; then ``ROUNDS`` rounds that
+#: visit every model in turn (a seeded order per round), each visit running the model
+#: ``ROUND_WARMUP_RUNS`` times untimed (the model before it left its own data in the
+#: caches) and then back to back for ``ROUND_S`` seconds (at least ``MIN_ROUND_RUNS``
+#: runs, at most ``MAX_ROUND_RUNS``), keeping the median; a model's latency is the
+#: median of its round medians. That is what a user's plain loop measures (one warm
+#: session, the median of many runs), in milliseconds of the machine as it runs; a
+#: slow spell during a run falls on every model a little, because the rounds
+#: interleave them, and one slow round of five is outvoted.
 PROTOCOL_NAME = "frontier-ort-rounds"
 PROTOCOL_VERSION = 1
 WARMUP_RUNS = 30
