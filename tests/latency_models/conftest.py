@@ -48,7 +48,7 @@ def bundle(mlp_setup, tmp_path_factory):
 def measured(bundle, tmp_path_factory):
     path, manifest = bundle
     out = tmp_path_factory.mktemp("table") / "table.csv"
-    measure_bundle(path, out, device="test-cpu", rounds=2, round_s=0.005)
+    measure_bundle(path, out, device="test-cpu", rounds=3, round_s=0.01)
     return out, manifest
 
 

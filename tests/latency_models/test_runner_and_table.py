@@ -31,7 +31,7 @@ def test_runner_measures_every_model(measured) -> None:
         assert meta[field] not in (None, "")
     # the table says how it was timed
     assert meta["protocol"]["name"] == PROTOCOL_NAME and meta["protocol"]["threads"] == 1
-    assert meta["protocol"]["rounds"] == 2
+    assert meta["protocol"]["rounds"] == 3
 
 
 def _busy(ms: float) -> None:
@@ -72,7 +72,7 @@ def test_resume_skips_what_is_measured(bundle, measured, tmp_path, capsys) -> No
     half = tmp_path / "half.csv"
     half.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
     (tmp_path / "half.csv.meta.json").write_text((full.parent / "table.csv.meta.json").read_text())
-    measure_bundle(path, half, device="test-cpu", rounds=2, round_s=0.005)
+    measure_bundle(path, half, device="test-cpu", rounds=3, round_s=0.01)
     kept, total = len(lines) // 2 - 1, len(manifest["models"])  # the header
     assert f"{kept} of {total} models already measured, {total - kept} to go" in (
         capsys.readouterr().err
@@ -81,12 +81,12 @@ def test_resume_skips_what_is_measured(bundle, measured, tmp_path, capsys) -> No
     assert resumed[: len(lines) // 2] == lines[: len(lines) // 2]  # kept, not remeasured
     ids = [r["model_id"] for r in csv.DictReader(half.open())]
     assert len(ids) == len(set(ids)) == len(manifest["models"])
-    measure_bundle(path, half, device="test-cpu", rounds=2, round_s=0.005)  # complete: a no-op
+    measure_bundle(path, half, device="test-cpu", rounds=3, round_s=0.01)  # complete: a no-op
     assert half.read_text().splitlines() == resumed
     assert "nothing left to measure" in capsys.readouterr().err
     # a table is resumed only by the protocol that measured its first rows
     with pytest.raises(ValueError, match="another timing protocol"):
-        measure_bundle(path, half, device="test-cpu", rounds=3, round_s=0.005)
+        measure_bundle(path, half, device="test-cpu", rounds=4, round_s=0.01)
 
 
 def test_unsupported_op_is_recorded_not_a_crash(tmp_path, capsys) -> None:
