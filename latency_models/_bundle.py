@@ -212,19 +212,20 @@ def _interior(model_bytes: bytes) -> bytes:
     inits = {i.name: i for i in graph.initializer}
     inputs = {i.name: i for i in graph.input}
     outputs = {o.name: o for o in graph.output}
+
+    def rewire(node: Any, value_info: Any, tensor: str) -> None:
+        """Make the graph input or output ``value_info`` the 8-bit ``tensor`` (its type
+        from the node's zero point: UINT8 unless it says otherwise), dropping ``node``."""
+        zero = inits.get(node.input[2]) if len(node.input) > 2 else None
+        value_info.name = tensor
+        value_info.type.tensor_type.elem_type = zero.data_type if zero is not None else 2
+        graph.node.remove(node)
+
     for node in list(graph.node):
         if node.op_type == "QuantizeLinear" and node.input[0] in inputs:
-            zero = inits.get(node.input[2]) if len(node.input) > 2 else None
-            vi = inputs[node.input[0]]
-            vi.name = node.output[0]
-            vi.type.tensor_type.elem_type = zero.data_type if zero is not None else 2
-            graph.node.remove(node)
+            rewire(node, inputs[node.input[0]], node.output[0])
         elif node.op_type == "DequantizeLinear" and node.output[0] in outputs:
-            zero = inits.get(node.input[2]) if len(node.input) > 2 else None
-            vi = outputs[node.output[0]]
-            vi.name = node.input[0]
-            vi.type.tensor_type.elem_type = zero.data_type if zero is not None else 2
-            graph.node.remove(node)
+            rewire(node, outputs[node.output[0]], node.input[0])
     return bytes(proto.SerializeToString())
 
 
