@@ -38,11 +38,11 @@ from frontier.experiments import DigitsTask
 from frontier.latency_models import (
     DeviceStore,
     LatencyModel,
+    error_summary,
     measure_bundle,
     read_manifest,
     write_bundle,
 )
-from frontier.latency_models._model import error_summary
 from frontier.latency_models._validate import quiet_root_logger
 from frontier.spaces import SpaceOptions, discover
 

@@ -279,11 +279,11 @@ def boundaries(
 
 
 def _plan_templates(
-    templates: Templates, plan: CompressionPlan
+    templates: Templates, plan: CompressionPlan, precisions: list[str]
 ) -> Iterator[tuple[int, OpTemplate, str | None, str]]:
     """(index, template, variant, precision) of each op a model compressed by ``plan``
-    runs: the ops a registered technique removes are left out."""
-    precisions = op_precisions(templates, set(int8_layers(plan)))
+    runs (``precisions``: ``op_precisions`` of the plan): the ops a registered technique
+    removes are left out."""
     # a registered technique may change an op's shapes (a variant's node) or remove it
     techniques = [build_technique(name) for name in plan.techniques]
     for i, (t, precision) in enumerate(zip(templates.ops, precisions, strict=True)):
@@ -299,8 +299,8 @@ def _plan_entries(
     boundaries (``boundaries``) where they run: ``(what, index, template, variant,
     precision, input)``, ``what`` one of "op", ``QUANTIZE`` (before the op, of its
     input ``input``) and ``DEQUANTIZE`` (after the op, of its output)."""
-    entries = list(_plan_templates(templates, plan))
     precisions = op_precisions(templates, set(int8_layers(plan)))
+    entries = list(_plan_templates(templates, plan, precisions))
     quantize, dequantize = boundaries(templates, precisions, {i for i, *_ in entries})
     before: dict[int, list[int]] = {}
     for consumer, k in quantize.values():

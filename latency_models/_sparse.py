@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from . import runner
 from ._ops import OpSpec
 from ._table import Row
-from .runner import CHUNK_MODELS, ROUND_S, ROUNDS
+from .runner import ROUND_S, ROUNDS
 
 #: Row op types of sparse-kernel rows: the kind plus this suffix, so fallback fits of
 #: dense kernels never mix them in.
@@ -102,32 +102,26 @@ def measure_sparse_rows(
     table's per-run session overhead) is added, since predictions subtract it from every
     row: what is left is the kernel call as timed here."""
     specs = list(specs)
-    rows: list[Row] = []
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for first in range(0, len(specs), CHUNK_MODELS):
-            chunk = specs[first : first + CHUNK_MODELS]
-            stats = runner.time_models(
-                [sparse_kernel(s) for s in chunk], rounds=rounds, round_s=round_s, seed=first
-            )
-            for i, (spec, st) in enumerate(zip(chunk, stats, strict=True), start=first):
-                rows.append(
-                    Row(
-                        model_id=f"sparse-{i:05d}",
-                        kind="op",
-                        key=spec.key,
-                        op_type=spec.kind + SPARSE_SUFFIX,
-                        precision=spec.precision,
-                        status="ok",
-                        median_ms=st["median_ms"] + overhead_ms,
-                        p10_ms=st["p10_ms"] + overhead_ms,
-                        p90_ms=st["p90_ms"] + overhead_ms,
-                        runs=int(st["runs"]),
-                    )
-                )
-            if progress is not None:
-                progress(len(rows), len(specs))
+        stats = runner.time_chunked(
+            specs, sparse_kernel, rounds=rounds, round_s=round_s, progress=progress
+        )
     finally:
         torch.set_num_threads(previous)
-    return rows
+    return [
+        Row(
+            model_id=f"sparse-{i:05d}",
+            kind="op",
+            key=spec.key,
+            op_type=spec.kind + SPARSE_SUFFIX,
+            precision=spec.precision,
+            status="ok",
+            median_ms=st["median_ms"] + overhead_ms,
+            p10_ms=st["p10_ms"] + overhead_ms,
+            p90_ms=st["p90_ms"] + overhead_ms,
+            runs=int(st["runs"]),
+        )
+        for i, (spec, st) in enumerate(zip(specs, stats, strict=True))
+    ]

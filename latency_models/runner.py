@@ -304,6 +304,29 @@ def open_session(
     return (lambda: sess.run(None, feeds)), feeds
 
 
+def time_chunked(
+    items: Sequence[Any],
+    make_run: Callable[[Any], Callable[[], Any]],
+    *,
+    rounds: int = ROUNDS,
+    round_s: float = ROUND_S,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, float]]:
+    """``time_models`` over ``items`` in chunks of ``CHUNK_MODELS``: each chunk's runs
+    are made (``make_run(item)``: a session, a kernel) only when it is timed, so a long
+    list never holds more than one chunk in memory; their rounds interleave inside the
+    chunk. One stats dict per item, in order; ``progress`` gets (done, total) after
+    each chunk."""
+    out: list[dict[str, float]] = []
+    for first in range(0, len(items), CHUNK_MODELS):
+        runs = [make_run(item) for item in items[first : first + CHUNK_MODELS]]
+        out += time_models(runs, rounds=rounds, round_s=round_s, seed=seed + first)
+        if progress is not None:
+            progress(len(out), len(items))
+    return out
+
+
 def measure_onnx(
     models: Sequence[bytes | str | Path],
     *,
@@ -315,22 +338,19 @@ def measure_onnx(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, float]]:
     """Whole ONNX models (bytes or files) timed on this machine by the protocol
-    (``time_models``), batch 1 on seeded random inputs, in chunks of ``CHUNK_MODELS``
-    models whose rounds interleave; one stats dict per model, in order. ``progress``
-    gets (models done, models) after each chunk."""
+    (``time_chunked``), batch 1 on seeded random inputs; one stats dict per model, in
+    order. ``progress`` gets (models done, models) after each chunk."""
     import numpy as np
 
     so = session_options(threads)
-    out: list[dict[str, float]] = []
-    for first in range(0, len(models), CHUNK_MODELS):
-        runs = []
-        for m in models[first : first + CHUNK_MODELS]:
-            data = m if isinstance(m, bytes) else Path(m).read_bytes()
-            runs.append(open_session(data, so, provider=provider, rng=np.random.default_rng(0))[0])
-        out += time_models(runs, rounds=rounds, round_s=round_s, seed=seed + first)
-        if progress is not None:
-            progress(len(out), len(models))
-    return out
+
+    def make_run(m: bytes | str | Path) -> Callable[[], Any]:
+        data = m if isinstance(m, bytes) else Path(m).read_bytes()
+        return open_session(data, so, provider=provider, rng=np.random.default_rng(0))[0]
+
+    return time_chunked(
+        models, make_run, rounds=rounds, round_s=round_s, seed=seed, progress=progress
+    )
 
 
 def weights_of(entry: dict[str, Any]) -> dict[str, Any]:
