@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from frontier.spaces import CompressionPlan, SearchSpace
+from frontier.spaces import CompressionPlan, SearchSpace, uniform_params
 
-PRUNE, BITS = "prune.", ("wbits.", "abits.")
+BITS = ("wbits.", "abits.")
 #: Of an INT8-heavy plan's layers, the share that takes 8 bits where it can.
 INT8_HEAVY = 0.9
 
@@ -27,40 +27,26 @@ class _Chooser:
         return value.item() if isinstance(value, np.generic) else value
 
 
-def _uncompressed(name: str, choices: list[Any]) -> Any:
-    if name.startswith(PRUNE) or "/" in name:
-        return min(choices) if name.startswith(PRUNE) else choices[0]
-    if name.startswith(BITS):
-        return max(choices)
-    return "none" if name == "student" and "none" in choices else choices[0]
-
-
-def _narrow(choices: list[Any]) -> Any:
-    """The bit width of a layer at its INT8 corner: 8 where the layer may take it (what
-    runs INT8 in ONNX Runtime), else its narrowest."""
+def _narrow(choices: Sequence[int]) -> int:
+    """The bit width of the INT8 corner: 8 where the space offers it (what runs INT8 in
+    ONNX Runtime), else its narrowest."""
     return 8 if 8 in choices else min(choices)
 
 
 def corner_plans(space: SearchSpace) -> list[tuple[str, CompressionPlan]]:
-    """(label, plan) of each uniform plan of ``space``: every prune ratio of the space
-    applied to every prunable layer (the nearest smaller ratio a layer offers), once
-    with every layer at its widest bits and once at 8 bits where it can take them.
-    Distillation and student choices stay at their first (uncompressed) choice."""
-    dims = [d for d in space.dimensions() if "/" not in d.name]
-    ratios = sorted({c for d in dims if d.name.startswith(PRUNE) for c in d.choices}) or [0.0]
+    """(label, plan) of each uniform plan of ``space`` (``uniform_params``): every prune
+    ratio of the space on every prunable layer, once with every layer at the widest bits
+    and once at 8 bits where it can take them. No distillation, no student."""
+    opts = space.options
+    ratios = sorted(set(opts.prune_ratios)) or [0.0]
+    wide = (max(opts.weight_bits), max(opts.act_bits))
+    narrow = (_narrow(opts.weight_bits), _narrow(opts.act_bits))
     out = []
-    for narrow in (False, True):
+    for label, (wbits, abits) in (("fp32", wide), ("int8", narrow)):
         for ratio in ratios:
-
-            def rule(name: str, choices: list[Any], r: float = ratio, n: bool = narrow) -> Any:
-                if name.startswith(PRUNE) and "/" not in name:
-                    return max((c for c in choices if c <= r), default=min(choices))
-                if name.startswith(BITS) and "/" not in name:
-                    return _narrow(choices) if n else max(choices)
-                return _uncompressed(name, choices)
-
-            label = f"prune {ratio:g}, {'int8' if narrow else 'fp32'}"
-            out.append((label, space.suggest(_Chooser(rule))))
+            params = uniform_params(space, prune=ratio, weight_bits=wbits, act_bits=abits)
+            chooser = _Chooser(lambda name, choices, p=params: p.get(name, choices[0]))
+            out.append((f"prune {ratio:g}, {label}", space.suggest(chooser)))
     return out
 
 

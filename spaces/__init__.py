@@ -75,6 +75,7 @@ from ._transformer import (
     student_shape,
 )
 from ._transformer_prune import LayerDrop, TransformerPrune, encoder_layers
+from ._uniform import uniform_params
 
 __all__ = [
     "CNN",
@@ -146,4 +147,5 @@ __all__ = [
     "student_shape",
     "swap_activations",
     "technique_names",
+    "uniform_params",
 ]
