@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from frontier.latency_models.runner import ROUND_S, ROUNDS
 from frontier.spaces import SpaceOptions
 
 
@@ -244,8 +245,8 @@ class LocalTableSection(_Section):
     #: None: 200 for a model of at most 10 M MACs, else 60 (``default_calibration``)
     calibration: int | None = Field(default=None, ge=0)
     #: the timing protocol's rounds and seconds per visit (``runner.time_models``)
-    rounds: int = Field(default=5, ge=1)
-    round_s: float = Field(default=0.15, gt=0)
+    rounds: int = Field(default=ROUNDS, ge=1)
+    round_s: float = Field(default=ROUND_S, gt=0)
 
 
 class TrackingSection(_Section):
