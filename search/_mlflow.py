@@ -103,21 +103,37 @@ class MlflowCallback(Callback):
             self.parent = self._start_parent(search)
             search.study.set_user_attr(RUN_ATTR, self.parent)
             search.study_store.flush()
-        # trials a killed run finished but never logged
+        self._reconcile(search)
+
+    def _reconcile(self, search: Search) -> None:
+        """Make MLflow agree with the study a resumed search restored: a trial a killed
+        run finished but never logged (or left half written) is logged whole, a promotion
+        it never wrote is written, and the front tags follow the restored front now."""
         logged = self.tracker.trial_runs(self.parent)
         for rec in search.records.values():
-            rec.run_id = logged.get(rec.number, "")
-            rec.on_front = True  # re-tag every restored trial at the next generation
-            if not rec.run_id:
+            found = logged.get(rec.number)
+            if found is not None and found.status == "RUNNING":
+                self.tracker.delete_run(found.run_id)  # killed mid-write
+                found = None
+            if found is None:
                 self.on_trial(search, rec)
+                for rung in sorted(r for r in rec.rungs if r > 0):
+                    self.on_promotion(search, rec, rung)
+                continue
+            rec.run_id = found.run_id
+            rec.on_front = found.pareto
+            rec.exported_rung = found.exported_rung
+            for rung in sorted(r for r in rec.rungs if r > found.rung_index and r > 0):
+                self.on_promotion(search, rec, rung)
+        self._retag(search)
 
     def on_trial(self, search: Search, record: TrialRecord) -> None:
         tags = {Tag.STATE: record.state, Tag.PARETO: "false", **self._rung_tags(search, record)}
         if record.error:
             tags[Tag.ERROR] = record.error[:5000]
-        values = record.values() if record.state == "complete" else {}
+        values = record.values(0) if record.state == "complete" else {}
         if values:
-            tags[Tag.FEASIBLE] = str(search.front.feasible(values)).lower()
+            tags[Tag.FEASIBLE] = str(search.front.feasible(record.values())).lower()
         params, parent, failed = dict(record.params), self.parent, record.state == "failed"
 
         def write() -> None:
@@ -129,6 +145,7 @@ class MlflowCallback(Callback):
 
     def on_promotion(self, search: Search, record: TrialRecord, rung: int) -> None:
         values, tags = dict(record.rungs[rung]), self._rung_tags(search, record)
+        tags[Tag.FEASIBLE] = str(search.front.feasible(record.values())).lower()
 
         def write() -> None:
             if record.run_id:
@@ -137,13 +154,19 @@ class MlflowCallback(Callback):
 
         self.later(write)
 
-    def on_generation(self, search: Search, final: bool) -> None:
+    def _retag(self, search: Search) -> set[int]:
+        """Tag the trials that joined or left the front since the last tags; returns the
+        front."""
         front = set(search.front.numbers())
         was = {n for n, r in search.records.items() if r.on_front}
         for n in front ^ was:
             rec = search.records[n]
             rec.on_front = n in front
             self._tag_later(rec, {Tag.PARETO: str(n in front).lower()})
+        return front
+
+    def on_generation(self, search: Search, final: bool) -> None:
+        front = self._retag(search)
         for n, rec in search.records.items():
             if n not in front:  # off the front: its job's model is not written (memory)
                 rec.exports.clear()
@@ -263,7 +286,7 @@ class MlflowCallback(Callback):
         if rec.exported_rung == rec.rung:
             return
         tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
-        rec.exported_rung = rec.rung  # tried once per rung, failed or not
+        rec.exported_rung = exported = rec.rung  # tried once per rung, failed or not
         # the job's own export where it made one; else fine-tune again (seeded) here
         job = rec.exports.get(rec.rung)
         rec.exports.clear()  # a lower rung's model is never written now
@@ -287,7 +310,10 @@ class MlflowCallback(Callback):
         def write() -> None:
             try:
                 self.tracker.log_artifact_files(rec.run_id, [tmp / MODEL_FILE, tmp / PLAN_FILE])
-                self.tracker.set_tags(rec.run_id, {Tag.ONNX_PRECISION: precision})
+                self.tracker.set_tags(
+                    rec.run_id,
+                    {Tag.ONNX_PRECISION: precision, Tag.EXPORTED_RUNG: str(exported)},
+                )
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
 

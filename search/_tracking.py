@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -47,6 +47,8 @@ class Tag:
     RUNG = "frontier.rung"
     RUNG_INDEX = "frontier.rung_index"
     ONNX_PRECISION = "frontier.onnx_precision"
+    #: the rung whose model the run's ``model.onnx`` artifact is
+    EXPORTED_RUNG = "frontier.exported_rung"
 
 
 PARETO_TAG = Tag.PARETO
@@ -93,6 +95,17 @@ def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=resolve_uri(uri))
+
+
+class LoggedTrial(NamedTuple):
+    """What MLflow holds of one trial run: enough to tell whether a resumed search must
+    write it again."""
+
+    run_id: str
+    status: str  # MLflow's: RUNNING, FINISHED, FAILED, KILLED
+    pareto: bool
+    rung_index: int
+    exported_rung: int
 
 
 def _chunks(items: list[Any], size: int = 100) -> list[list[Any]]:
@@ -187,16 +200,32 @@ class Tracker:
         for f in files:
             self.client.log_artifact(run_id, str(f), path)
 
-    def trial_runs(self, parent: str) -> dict[int, str]:
-        """Trial number -> run id of the trials already logged under ``parent``."""
+    def trial_runs(self, parent: str) -> dict[int, LoggedTrial]:
+        """Trial number -> what is logged of each trial under ``parent`` (the newest run
+        where a number has several)."""
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.{PARENT_TAG} = '{parent}'",
             max_results=50000,
+            order_by=["start_time ASC"],
         )
-        return {
-            int(r.data.tags[TRIAL_TAG]): r.info.run_id for r in runs if TRIAL_TAG in r.data.tags
-        }
+        out: dict[int, LoggedTrial] = {}
+        for r in runs:
+            tags = r.data.tags
+            if TRIAL_TAG not in tags:
+                continue
+            out[int(tags[TRIAL_TAG])] = LoggedTrial(
+                run_id=r.info.run_id,
+                status=r.info.status,
+                pareto=tags.get(PARETO_TAG) == "true",
+                rung_index=int(tags.get(Tag.RUNG_INDEX) or -1),
+                exported_rung=int(tags.get(Tag.EXPORTED_RUNG) or -1),
+            )
+        return out
+
+    def delete_run(self, run_id: str) -> None:
+        """Drop a run a killed search left half written (it is logged again whole)."""
+        self.client.delete_run(run_id)
 
 
 # -- reading fronts back ---------------------------------------------------------------------

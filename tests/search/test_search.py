@@ -148,24 +148,32 @@ def _complete(storage_path: Path) -> list[tuple[int, dict]]:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill(write_config, workdir: Path) -> None:
-    # killed inside the first generation, which NSGA-II samples at random from its seed
+@pytest.mark.parametrize(
+    ("sig", "population", "kill_after"),
+    [(signal.SIGKILL, 10, 4), (signal.SIGINT, 4, 6)],
+    ids=["sigkill-first-generation", "sigint-after-promotions"],
+)
+def test_resume_after_an_interruption_loses_nothing(
+    write_config, workdir: Path, capsys, sig: int, population: int, kill_after: int
+) -> None:
+    # SIGKILL inside the first generation (NSGA-II samples it at random from its seed);
+    # SIGINT after a generation has promoted trials and tagged a front
     path = write_config(
         objectives=[{"name": "accuracy", "options": {"steps": 150}}, "size_bytes"],
-        search={"anchors": False, "population": 10},
+        search={"anchors": False, "population": population},
     )
     journal = workdir / "frontier-optuna.journal"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(path), "--no-progress"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(_complete(journal)) < 4:
+    while time.monotonic() < deadline and len(_complete(journal)) < kill_after:
         time.sleep(0.2)
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
     before = _complete(journal)
-    assert 4 <= len(before) < 12
+    assert kill_after <= len(before) < 12
     result = run(path, resume=True, progress=False)
     after = [(t.number, t.params) for t in result.study.trials if t.state.name == "COMPLETE"]
     assert len(after) == 12  # the budget, no more
@@ -176,7 +184,7 @@ def test_resume_after_sigkill(write_config, workdir: Path) -> None:
         if t.state.name == "COMPLETE"
     ]
     assert len(set(plans)) == 12  # the resumed sampler did not replay the plans already run
-    # one MLflow trial run per completed trial, none twice
+    # one finished MLflow trial run per completed trial, none twice, none left RUNNING
     client = _client()
     runs = client.search_runs(
         [client.get_run(result.mlflow_run_id).info.experiment_id],
@@ -185,6 +193,44 @@ def test_resume_after_sigkill(write_config, workdir: Path) -> None:
     numbers = [int(r.data.tags["frontier.trial"]) for r in runs]
     assert len(numbers) == len(set(numbers))
     assert {n for n, _ in after} <= set(numbers)
+    assert {r.info.status for r in runs} <= {"FINISHED", "FAILED"}
+    # MLflow's front is the front the search printed, at the same rungs and values
+    capsys.readouterr()
+    assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
+    logged = {r["trial"]: r for r in json.loads(capsys.readouterr().out)}
+    printed = result.pareto.set_index("trial")
+    assert set(logged) == set(printed.index)
+    for n, row in logged.items():
+        assert row["accuracy"] == pytest.approx(printed.loc[n, "accuracy"])
+        assert row["rung"] == printed.loc[n, "rung"]
+    # and pick returns the member the search would
+    assert main(["pick", "--best", "accuracy", "--no-measure"]) == 0
+    picked = json.loads(capsys.readouterr().out)
+    assert picked["metrics"]["accuracy"] == pytest.approx(printed["accuracy"].max())
+
+
+def test_resume_repairs_what_a_killed_driver_left_in_mlflow(write_config) -> None:
+    # what a SIGKILL can leave: a trial run half written (RUNNING, no metrics), a front
+    # member whose tag was never set, a trial never logged at all
+    path = write_config()
+    first = run(path, progress=False)
+    client = _client()
+    exp = client.get_run(first.mlflow_run_id).info.experiment_id
+    flt = f"tags.mlflow.parentRunId = '{first.mlflow_run_id}'"
+    runs = {int(r.data.tags["frontier.trial"]): r for r in client.search_runs([exp], flt)}
+    members = sorted(first.pareto["trial"])
+    client.set_tag(runs[members[0]].info.run_id, "frontier.pareto", "false")
+    client.update_run(runs[members[-1]].info.run_id, status="RUNNING")
+    gone = next(n for n in runs if n not in members)
+    client.delete_run(runs[gone].info.run_id)
+    again = run(path, resume=True, progress=False)
+    runs_after = client.search_runs([exp], flt)
+    by_trial = {int(r.data.tags["frontier.trial"]): r for r in runs_after}
+    assert len(by_trial) == len(runs_after) == len(runs)  # each trial once
+    assert {r.info.status for r in runs_after} <= {"FINISHED", "FAILED"}
+    tagged = {n for n, r in by_trial.items() if r.data.tags["frontier.pareto"] == "true"}
+    assert tagged == set(again.pareto["trial"]) == set(members)
+    assert "size_bytes" in by_trial[members[-1]].data.metrics  # logged again, whole
 
 
 def test_cli_search_pareto_pick_round_trip(write_config, workdir: Path, capsys) -> None:
