@@ -13,7 +13,15 @@ from torch import nn
 
 from frontier.spaces import CompressionPlan, recalibrate_bn
 
-from ._base import MAXIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
+from ._base import (
+    MAXIMIZE,
+    Candidate,
+    EvalContext,
+    EvaluationError,
+    Evaluator,
+    Measurement,
+    register_evaluator,
+)
 
 FIDELITIES = ("proxy", "short", "full")
 
@@ -50,13 +58,25 @@ def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 def measure_accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> float:
-    """The task metric over ``loader``, each batch weighted by its size."""
+    """The task metric over ``loader``, each batch weighted by its size.
+
+    Raises:
+        EvaluationError: the model's outputs are not finite (NaN or infinite): argmax
+            would still pick a class, and the score would mean nothing.
+    """
     was = model.training
     model.eval()
     total, weighted = 0, 0.0
     with torch.no_grad():
-        for x, y in loader:
-            weighted += metric(model(x), y) * len(y)
+        for i, (x, y) in enumerate(loader):
+            out = model(x)
+            if isinstance(out, torch.Tensor) and not bool(torch.isfinite(out).all()):
+                model.train(was)
+                raise EvaluationError(
+                    f"the model's outputs are not finite (NaN or inf) on batch {i} of the "
+                    "evaluation data"
+                )
+            weighted += metric(out, y) * len(y)
             total += len(y)
     model.train(was)
     return weighted / max(total, 1)
@@ -153,6 +173,8 @@ def proxy_signals(
     with torch.no_grad():
         t_logits = teacher(x)
     logits = model(x)
+    if not bool(torch.isfinite(logits).all()):
+        raise EvaluationError("the model's outputs are not finite (NaN or inf) on the proxy batch")
     agreement = float((logits.argmax(-1) == t_logits.argmax(-1)).float().mean())
     kl = float(
         F.kl_div(F.log_softmax(logits, -1), F.softmax(t_logits, -1), reduction="batchmean").detach()

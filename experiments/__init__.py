@@ -20,7 +20,15 @@ from ._digits import (
 from ._fashion import IdxRecipe, IdxTask, adapt_model, train_idx_model
 from ._idx import FASHION_MNIST_ROOT, load_idx_split, read_idx, write_idx
 from ._imagefolder import ImageFolderTask, load_weights
-from ._tasks import Loaders, Task, TaskError, build_task, register_task, task_names
+from ._tasks import (
+    Loaders,
+    Task,
+    TaskError,
+    build_task,
+    register_task,
+    task_baseline,
+    task_names,
+)
 from ._text import TextRecipe, TextTask, load_bert, read_corpus, tokenize, train_text_model
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -57,6 +65,7 @@ __all__ = [
     "read_corpus",
     "read_idx",
     "register_task",
+    "task_baseline",
     "task_names",
     "tokenize",
     "train_classifier",

@@ -110,8 +110,27 @@ def build_task(name: str, **options: Any) -> Task:
         raise TaskError(f"task.options for {name!r}: {err}") from err
     except ValueError:  # builtins without a signature: let the call speak
         pass
-    task = builder(**options)
+    task = _call(name, "its builder", builder, **options)
     for method in ("loaders", "baseline", "example_inputs"):
         if not callable(getattr(task, method, None)):
             raise TaskError(f"task {name!r}: the built object has no {method}() method")
     return task
+
+
+def _call(name: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with any error but a ``TaskError`` reported as one that
+    names the task and the method (a user's task fails on the user's side)."""
+    try:
+        return fn(*args, **kwargs)
+    except TaskError:
+        raise
+    except Exception as err:
+        raise TaskError(f"task {name!r}: {what} raised {type(err).__name__}: {err}") from err
+
+
+def task_baseline(task: Any, name: str) -> tuple[Any, Any]:
+    """The task's baseline model and example inputs; an error in the task's own code
+    becomes a ``TaskError`` naming the method."""
+    teacher = _call(name, "baseline()", task.baseline)
+    example = _call(name, "example_inputs()", task.example_inputs)
+    return teacher, example

@@ -41,6 +41,8 @@ class TaskSection(_Section):
 
     name: str = "digits"
     options: dict[str, Any] = Field(default_factory=dict)
+    #: stop before searching when the baseline scores about what chance does
+    check_baseline: bool = True
 
 
 class CarbonSection(_Section):

@@ -155,14 +155,39 @@ class Search:
                 self.study.enqueue_trial(params)
         self.records = restore(self.study)
         if BASELINE_ATTR not in self.study.user_attrs:
-            self.study.set_user_attr(BASELINE_ATTR, self.evaluation.baseline())
+            self.study.set_user_attr(BASELINE_ATTR, self._checked_baseline())
         self.baseline: dict[str, float] = self.study.user_attrs[BASELINE_ATTR]
         try:
-            self.constraints = [c.resolve(self.baseline) for c in self.constraints]
+            resolved = [c.resolve(self.baseline) for c in self.constraints]
         except ValueError as err:
             raise SearchError(str(err)) from None
+        shown = ", ".join(f"{k} {v:.6g}" for k, v in self.baseline.items())
+        print(f"frontier: baseline (the uncompressed model): {shown}", file=sys.stderr)
+        for was, now in zip(self.constraints, resolved, strict=True):
+            if str(was) != str(now):
+                print(f"frontier: constraint {was} -> {now}", file=sys.stderr)
+        self.constraints = resolved
         self.front = Front(self.records, self.objectives, self.constraints)
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
+
+    def _checked_baseline(self) -> dict[str, float]:
+        """The baseline's metrics; a baseline that is broken (outputs that are not
+        finite) or no better than chance stops the search (``task.check_baseline``)."""
+        from frontier.evaluators import EvaluationError
+
+        try:
+            values = self.evaluation.baseline()
+        except EvaluationError as err:
+            raise SearchError(f"the task's baseline model cannot be scored: {err}") from None
+        problem = self.evaluation.baseline_problem(values)
+        if problem and self.config.task.check_baseline:
+            raise SearchError(
+                f"{problem}. To search anyway: task.check_baseline: false in the config "
+                "(or --set task.check_baseline=false)"
+            )
+        if problem:
+            print(f"warning: {problem}", file=sys.stderr)
+        return values
 
     def _sensitivity(self) -> None:
         """Per-layer sensitivity at the first rung, cached (a resumed search reads it)."""

@@ -86,14 +86,13 @@ class Evaluation:
         self, config: Config, tables: Mapping[str, Any] | None = None, store: Any = None
     ) -> None:
         from frontier.evaluators import EvalContext
-        from frontier.experiments import build_task
+        from frontier.experiments import build_task, task_baseline
         from frontier.latency_models import LatencyModel
         from frontier.spaces import discover
 
         self.config = config
         self.task = build_task(config.task.name, **config.task.options)
-        self.teacher = self.task.baseline()
-        self.example = self.task.example_inputs()
+        self.teacher, self.example = task_baseline(self.task, config.task.name)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.space: SearchSpace = discover(self.teacher, self.example, config.space)
@@ -280,6 +279,46 @@ class Evaluation:
                 self.teacher, self.task.loaders().val, self.task.metric
             )
         return values
+
+    def chance(self) -> tuple[float, str] | None:
+        """The task's metric for a model that always answers the validation split's most
+        common class, and that class; None where the targets are not class ids."""
+        import torch
+
+        labels = [y for _, y in self.task.loaders().val]
+        if not labels or not all(
+            isinstance(y, torch.Tensor) and y.dim() == 1 and not y.is_floating_point()
+            for y in labels
+        ):
+            return None
+        y = torch.cat(labels)
+        with torch.no_grad():
+            out = self.teacher(self.example)
+        if not isinstance(out, torch.Tensor) or int(y.min()) < 0:
+            return None
+        classes = max(int(out.shape[-1]), int(y.max()) + 1)
+        common = int(torch.bincount(y, minlength=classes).argmax())
+        logits = torch.zeros(len(y), classes)
+        logits[:, common] = 1.0
+        return float(self.task.metric(logits, y)), f"always class {common}"
+
+    def baseline_problem(self, values: Mapping[str, float]) -> str:
+        """Why the baseline's scores make a search meaningless ('' when they do not): its
+        accuracy is within a tenth of the way from chance to perfect."""
+        if ACCURACY not in values or self.rungs == ["proxy"]:
+            return ""
+        found = self.chance()
+        if found is None:
+            return ""
+        chance, answer = found
+        accuracy = values[ACCURACY]
+        if accuracy >= chance + 0.1 * (1.0 - chance):
+            return ""
+        return (
+            f"the task's baseline model scores {ACCURACY} {accuracy:.4f} on the validation "
+            f"split, about what {answer} scores ({chance:.4f}): is it trained, and are its "
+            "weights loaded? Compressing it measures noise"
+        )
 
 
 def resolve_tables(

@@ -28,12 +28,11 @@ def _load(target: str) -> Any:
 
 
 def _task_and_space(config: Any) -> tuple[Any, Any, Any]:
-    from frontier.experiments import build_task
+    from frontier.experiments import build_task, task_baseline
     from frontier.spaces import discover
 
     task = build_task(config.task.name, **config.task.options)
-    model = task.baseline()
-    example = task.example_inputs()
+    model, example = task_baseline(task, config.task.name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         space = discover(model, example, config.space)

@@ -1,0 +1,111 @@
+"""The teacher is checked before any trial: its scores are printed, and a broken or
+chance-level baseline stops the search with a message instead of a meaningless front."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from frontier.evaluators import EvaluationError, measure_accuracy
+from frontier.search.cli import main
+
+MODULE = textwrap.dedent(
+    """
+    from torch import nn
+    from frontier.experiments import DigitsTask
+
+
+    class NaNOut(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x) * float("nan")
+
+
+    class Untrained(DigitsTask):
+        def baseline(self):
+            return self.new_model().eval()
+
+
+    class NaNTeacher(DigitsTask):
+        def baseline(self):
+            return NaNOut(super().baseline()).eval()
+
+
+    class Raising(DigitsTask):
+        def baseline(self):
+            raise RuntimeError("weights file is corrupt")
+    """
+)
+
+
+@pytest.fixture
+def user_tasks(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (workdir / "user_tasks_baseline.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(workdir))
+    return "user_tasks_baseline"
+
+
+def _search(write_config, task: str, *extra: str) -> int:
+    path = write_config(
+        task={"name": task, "options": {"model": "mlp"}},
+        search={"trials": 2, "population": 2, "anchors": False},
+    )
+    return main(["search", str(path), "--no-progress", *extra])
+
+
+def test_the_baseline_and_resolved_constraints_are_printed(write_config, capsys) -> None:
+    path = write_config(
+        constraints=["accuracy >= baseline - 0.05"],
+        search={"trials": 2, "population": 2, "anchors": False},
+    )
+    assert main(["search", str(path), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    line = next(s for s in err.splitlines() if "baseline (the uncompressed model)" in s)
+    accuracy = float(line.split("accuracy ")[1].split(",")[0])
+    assert accuracy > 0.9
+    line = next(s for s in err.splitlines() if "constraint accuracy >= baseline -0.05 ->" in s)
+    assert float(line.split(">= ")[-1]) == pytest.approx(accuracy - 0.05, abs=1e-5)
+
+
+def test_a_chance_level_teacher_stops_the_search(write_config, user_tasks, capsys) -> None:
+    assert _search(write_config, f"{user_tasks}:Untrained") == 2
+    err = capsys.readouterr().err
+    assert "about what always class" in err and "check_baseline" in err
+    assert "Traceback" not in err
+    # the user can insist
+    assert (
+        _search(write_config, f"{user_tasks}:Untrained", "--set", "task.check_baseline=false") == 0
+    )
+    assert "warning: the task's baseline model scores" in capsys.readouterr().err
+
+
+def test_a_teacher_with_nan_outputs_stops_the_search(write_config, user_tasks, capsys) -> None:
+    assert _search(write_config, f"{user_tasks}:NaNTeacher") == 2
+    err = capsys.readouterr().err
+    assert "not finite" in err and "Traceback" not in err
+
+
+def test_a_baseline_that_raises_is_exit_2_naming_the_method(
+    write_config, user_tasks, capsys
+) -> None:
+    assert _search(write_config, f"{user_tasks}:Raising") == 2
+    err = capsys.readouterr().err
+    assert "baseline() raised RuntimeError: weights file is corrupt" in err
+    assert "Traceback" not in err
+
+
+def test_nan_logits_fail_the_measurement() -> None:
+    class NaNModel(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.full((len(x), 3), float("nan"))
+
+    batches = [(torch.zeros(4, 2), torch.tensor([0, 1, 2, 0]))]
+    with pytest.raises(EvaluationError, match="not finite"):
+        measure_accuracy(NaNModel(), batches)
