@@ -548,6 +548,12 @@ def measure_bundle(
     start = time.perf_counter()
     count = 0
     with zipfile.ZipFile(bundle) as zf, out.open("a", newline="") as f:
+        damaged = zf.testzip()
+        if damaged is not None:
+            raise ValueError(
+                f"{bundle}: {damaged} fails its checksum; the bundle is damaged (copy it "
+                "again from where `frontier lut ops` wrote it)"
+            )
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         if new_file:
             writer.writeheader()
@@ -562,8 +568,8 @@ def measure_bundle(
                     "precision": entry.get("precision", ""),
                 }
                 rows.append(row)
+                data = _member(zf, bundle, entry["file"])
                 try:
-                    data = zf.read(entry["file"])
                     rng = np.random.default_rng(0)
                     run, feeds = open_session(
                         data,
@@ -575,6 +581,12 @@ def measure_bundle(
                     )
                     run()  # a provider that cannot run it fails here, not mid-timing
                 except Exception as err:  # the provider cannot run it: record, don't crash
+                    if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
+                        raise ValueError(
+                            f"{bundle}: {entry['file']} is not a valid ONNX model (the "
+                            "bundle is damaged; copy it again from where `frontier lut ops` "
+                            "wrote it)"
+                        ) from None
                     msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                     row.update(status="unsupported", median_ms="", p10_ms="", p90_ms="")
                     row.update(raw_median_ms="", runs=0, error=msg)
@@ -647,6 +659,19 @@ def measure_from_args(args: argparse.Namespace) -> Path:
     )
 
 
+#: what a bad bundle or output path raises; the message names the file
+ERRORS = (ValueError, OSError, zipfile.BadZipFile, KeyError)
+
+
+def _member(zf: zipfile.ZipFile, bundle: Path, name: str) -> bytes:
+    """One file of the bundle; a damaged or missing member is a ``ValueError`` naming
+    it."""
+    try:
+        return zf.read(name)
+    except (KeyError, zipfile.BadZipFile, OSError, EOFError) as err:
+        raise ValueError(f"{bundle}: cannot read {name} ({err}); the bundle is damaged") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="frontier-runner", description="Measure a Frontier op bundle on this device."
@@ -654,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     add_measure_arguments(parser)
     try:
         print(summary(measure_from_args(parser.parse_args(argv))))
-    except (ValueError, OSError, zipfile.BadZipFile, KeyError) as err:
+    except ERRORS as err:
         print(f"runner: error: {err}", file=sys.stderr)
         return 2
     return 0

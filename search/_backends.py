@@ -19,6 +19,7 @@ from frontier.spaces import Registry
 
 from ._config import Config
 from ._evaluation import Evaluation, TrialResult, evaluate_job
+from ._storage import SearchError
 
 #: Ray must stay on loopback here; a real cluster's address comes from --address
 LOOPBACK_RAY_IP = "127.0.0.2"
@@ -174,11 +175,19 @@ class RayBackend(Backend):
         self._ray = ray
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            address = ray_address(address)
             if address:
-                os.environ.setdefault("RAY_AUTH_MODE", "token")
-                ray.init(address=address, **kwargs)
-            else:
-                ray.init(_node_ip_address=LOOPBACK_RAY_IP, **kwargs)
+                check_ray_address(address)
+                try:
+                    ray.init(address=address, **kwargs)
+                except ConnectionError as err:
+                    raise SearchError(
+                        f"Ray: cannot join the cluster at {address} ({err}). A head with "
+                        f"token authentication (Ray's default) needs its token here: "
+                        f"{TOKEN_HINT}"
+                    ) from None
+            else:  # "local": never the cluster a stale ray_current_cluster file names
+                ray.init(address="local", _node_ip_address=LOOPBACK_RAY_IP, **kwargs)
         self._remote = ray.remote(
             num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=max_retries
         )(evaluate_job)
@@ -202,6 +211,59 @@ class RayBackend(Backend):
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+#: how a driver gets a token-authenticated cluster's token
+TOKEN_HINT = (
+    "set RAY_AUTH_TOKEN to the head's token (`ray get-auth-token` there), or copy the "
+    "head's ~/.ray/auth_token to this machine (or point RAY_AUTH_TOKEN_PATH at it); "
+    "RAY_AUTH_MODE=disabled for a cluster without authentication"
+)
+
+#: seconds to wait for a cluster's head to accept a connection
+CONNECT_TIMEOUT_S = 10.0
+
+
+def ray_address(address: str | None) -> str | None:
+    """The cluster to join: ``address``, else ``$RAY_ADDRESS``; None (or ``local``)
+    starts a Ray of the search's own."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    return None if address in (None, "local") else address
+
+
+def check_ray_address(address: str) -> None:
+    """Fail in seconds, with what to do, where joining the cluster at ``address``
+    would retry for minutes: nothing listens there, or the cluster wants a token this
+    machine does not have."""
+    import socket
+    from pathlib import Path
+
+    if address == "auto":
+        return  # Ray finds the cluster this machine started
+    client = address.startswith("ray://")
+    hostport = address.removeprefix("ray://").rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        host, port = hostport, "10001" if client else "6379"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise SearchError(
+            f"Ray: nothing answers at {address} ({reason}); start the head there (`ray start "
+            "--head`) or fix --address"
+        ) from None
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if os.environ["RAY_AUTH_MODE"].lower() != "token":
+        return
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    found = (
+        os.environ.get("RAY_AUTH_TOKEN")
+        or (path and Path(path).expanduser().is_file())
+        or (Path.home() / ".ray" / "auth_token").is_file()
+    )
+    if not found:
+        raise SearchError(f"Ray: the cluster at {address} needs an auth token: {TOKEN_HINT}")
 
 
 #: (config, the driver's Evaluation) -> a Backend; ``backend.kind`` names one

@@ -256,6 +256,13 @@ class TrackingSection(_Section):
     experiment: str | None = None
     export_front: bool = True
 
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        from ._tracking import check_tracking_uri
+
+        return check_tracking_uri(v)
+
 
 class Config(_Section):
     """A whole Frontier config."""
@@ -426,4 +433,9 @@ def load_config(name_or_path: str | Path) -> Config:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err}") from err
+    if data is None:
+        raise ConfigError(
+            f"{path}: the file is empty; a config names at least its task and objectives "
+            "(`frontier experiments list` shows built-in ones to start from)"
+        )
     return parse_config(data, source=str(path))

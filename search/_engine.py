@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from ._anchors import anchor_params
-from ._backends import Backend, Job, build_backend
+from ._backends import Backend, Job, build_backend, check_ray_address, ray_address
 from ._callbacks import Callback, Emissions, progress_callbacks
 from ._config import Config, load_config
 from ._evaluation import ACCURACY, Evaluation, TrialResult
@@ -29,6 +29,8 @@ from ._storage import (
     StudyStore,
     default_storage,
     restore,
+    search_folders,
+    writable,
 )
 from ._tracking import no_telemetry
 
@@ -227,6 +229,10 @@ class Search:
     def run(self) -> SearchResult:
         """Run the search to its trial budget; returns its result."""
         cfg = self.config
+        for what, folder in search_folders(cfg).items():
+            writable(folder, what)
+        if cfg.backend.kind == "ray" and ray_address(cfg.backend.address):
+            check_ray_address(str(ray_address(cfg.backend.address)))
         print(f"frontier: building the {cfg.name} task and space ...", file=sys.stderr)
         self.evaluation = Evaluation(cfg, store=self.store)
         for w in self.evaluation.warnings:

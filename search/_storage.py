@@ -22,6 +22,46 @@ class SearchError(RuntimeError):
     """A search cannot start or resume; the message says why and what to do."""
 
 
+def writable(folder: Path, what: str) -> Path:
+    """``folder``, created if missing, once a file could be written in it; else a
+    ``SearchError`` naming the folder and what needs it (checked before long work, so a
+    read-only place fails in seconds, not after the work)."""
+    import tempfile
+
+    folder = Path(folder).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise SearchError(
+            f"cannot write {what} in {folder} ({reason}); run from a folder you can write "
+            "to, or point it elsewhere"
+        ) from None
+    return folder
+
+
+def search_folders(config: Config) -> dict[str, Path]:
+    """The folders a search writes to, by what it writes there: the study journal, the
+    MLflow database and the baseline cache."""
+    from frontier.experiments import cache_dir
+
+    folders: dict[str, Path] = {}
+    storage = config.storage or default_storage(config)
+    if not _is_database(storage):
+        folders["the study journal (--storage; default: beside the MLflow database)"] = Path(
+            storage.removeprefix("journal:")
+        ).parent
+    uri = config.tracking.uri
+    if uri.startswith("sqlite:///"):
+        folders["the MLflow database (--tracking-uri)"] = Path(
+            uri.removeprefix("sqlite:///")
+        ).parent
+    folders["cached baselines ($FRONTIER_CACHE_DIR)"] = cache_dir()
+    return folders
+
+
 def default_storage(config: Config) -> str:
     """A journal file beside the MLflow database (or in the working directory when
     tracking goes to a server)."""

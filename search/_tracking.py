@@ -82,6 +82,24 @@ def objective_name(key: str) -> str:
     return key.replace("/", "@")
 
 
+#: the tracking URI schemes MLflow stores runs in (a driver suffix such as
+#: ``postgresql+psycopg2`` is allowed)
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
+def check_tracking_uri(uri: str) -> str:
+    """``uri`` if MLflow can track to it; else a ``TrackingError`` that lists the
+    schemes it can."""
+    scheme, sep, rest = uri.partition("://")
+    if not uri.strip() or (sep and (scheme.split("+")[0] not in TRACKING_SCHEMES or not rest)):
+        raise TrackingError(
+            f"tracking URI {uri!r}: MLflow cannot store runs there; use "
+            "sqlite:///PATH.db, http(s)://HOST:PORT of a tracking server, or a database "
+            f"URL ({', '.join(TRACKING_SCHEMES)})"
+        )
+    return uri
+
+
 def resolve_uri(uri: str) -> str:
     """``sqlite:///mlflow.db`` made absolute: MLflow caches stores by URI, so a
     relative one would follow the first working directory, not the current one."""

@@ -59,7 +59,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from frontier.experiments import evaluate
     from frontier.spaces import CompressionPlan, apply_plan, export_onnx, model_cost
 
+    from ._storage import writable
+
     config = _load(args.config)
+    if args.export:
+        writable(Path(args.export).parent, "the exported model (--export)")
     task, model, space = _task_and_space(config)
     plan = CompressionPlan.load(args.plan, space=space) if args.plan else space.sample(args.seed)
     example = task.example_inputs()
@@ -100,8 +104,11 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 
     from ._evaluation import Evaluation
     from ._sensitivity import plot, sensitivity
+    from ._storage import writable
 
     config = _load(args.config).override({"search.seed": args.seed})
+    out = writable(Path(args.out), "the sensitivity table (--out)")
+    writable(cache_dir(), "the sensitivity cache ($FRONTIER_CACHE_DIR)")
     evaluation = Evaluation(config)
     if args.rung not in evaluation.rungs:
         raise UsageError(f"--rung must be one of the config's rungs {evaluation.rungs}")
@@ -117,8 +124,6 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         cache=cache_dir() / f"sensitivity-{config.name}.json",
         progress=progress,
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with (out / "sensitivity.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -187,9 +192,13 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_lut_measure(args: argparse.Namespace) -> int:
-    from frontier.latency_models.runner import measure_from_args, summary
+    from frontier.latency_models import TableError
+    from frontier.latency_models.runner import ERRORS, measure_from_args, summary
 
-    print(summary(measure_from_args(args)))
+    try:
+        print(summary(measure_from_args(args)))
+    except ERRORS as err:
+        raise TableError(str(err)) from None
     return 0
 
 
@@ -315,7 +324,10 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
 def _tracking_uri(args: argparse.Namespace) -> str:
     import os
 
-    return str(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db")
+    from ._tracking import check_tracking_uri
+
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    return check_tracking_uri(str(uri))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -447,10 +459,13 @@ def _front_on(frame: Any, names: list[str], metrics: list[Any]) -> Any:
     return pool[mask]
 
 
-def _order(frame: Any, key: str, objectives: list[Any]) -> Any:
+def _order(frame: Any, key: str, objectives: list[Any], option: str = "--sort") -> Any:
     name = key.lstrip("+-")
+    if option == "--best" and name not in {o.name for o in objectives}:
+        known = ", ".join(o.name for o in objectives)
+        raise UsageError(f"--best: {name!r} is not a metric this search recorded; have: {known}")
     if name not in frame.columns:
-        raise UsageError(f"--sort: {name!r} is not a column; have: {list(frame.columns)}")
+        raise UsageError(f"{option}: {name!r} is not a column; have: {list(frame.columns)}")
     if key[0] in "+-":
         ascending = key[0] == "+"
     else:
@@ -520,7 +535,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
     else:
         if frame.empty:
             raise UsageError("pick: no front member matches --where")
-        match = _order(frame, args.best, metrics_of(parent)).head(1)
+        match = _order(frame, args.best, metrics_of(parent), "--best").head(1)
     if match.empty:
         raise UsageError(f"pick: run {args.run_id} is not a trial of that search")
     row = match.iloc[0].to_dict()

@@ -89,13 +89,52 @@ def test_local_ray_backend(write_config, workdir: Path) -> None:
     import secrets
 
     path = write_config(constraints=["size_bytes <= 30000"])
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    # the file a stopped head leaves behind names a cluster that is gone: never joined
+    # (a short folder: Ray's socket paths must fit in 107 bytes)
+    import tempfile
+
+    raytmp = Path(tempfile.mkdtemp(prefix="fr-ray-"))
+    (raytmp / "ray").mkdir()
+    (raytmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.2:{_free_port('127.0.0.2')}")
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "RAY_TMPDIR": str(raytmp)}  # fmt: skip
+    env.pop("RAY_ADDRESS", None)
     cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(path), "--trials", "4",
            "--backend", "ray", "--no-progress"]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(raytmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "backend ray" in done.stderr
     assert "4 trials (0 failed)" in done.stdout
+
+
+def test_a_dead_ray_address_fails_fast(write_config, capsys) -> None:
+    path = write_config()
+    address = f"127.0.0.2:{_free_port('127.0.0.2')}"  # nothing listens there
+    start = time.monotonic()
+    assert main(["search", str(path), "--address", address, "--no-progress"]) == 2
+    assert time.monotonic() - start < 30
+    err = capsys.readouterr().err
+    assert f"nothing answers at {address}" in err and "Traceback" not in err
+
+
+def test_a_missing_ray_token_says_how_to_give_one(
+    write_config, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = write_config()
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as head:  # something listens, as a head would
+        head.bind(("127.0.0.2", 0))
+        head.listen()
+        address = f"127.0.0.2:{head.getsockname()[1]}"
+        assert main(["search", str(path), "--address", address, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "needs an auth token" in err and "RAY_AUTH_TOKEN" in err
+    assert "Traceback" not in err
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,71 @@
+"""`frontier lut measure` on a damaged bundle: exit 2 with one line naming the file,
+never a traceback, and never a damaged model recorded as an op the device lacks."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from frontier.search.cli import main
+
+CONFIG = {
+    "name": "bad-bundles",
+    "task": {"name": "digits", "options": {"model": "mlp"}},
+    "space": {"prune_ratios": [0.0, 0.5], "weight_bits": [32], "act_bits": [32], "round_to": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bundle")
+    config = folder / "c.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    out = folder / "ops.zip"
+    assert main(["lut", "ops", str(config), "--out", str(out), "--calibration", "0"]) == 0
+    return out
+
+
+def _damaged(bundle: Path, kind: str, to: Path) -> Path:
+    data = bundle.read_bytes()
+    if kind == "truncated":
+        to.write_bytes(data[: len(data) // 3])
+    elif kind == "random":
+        to.write_bytes(bytes(range(256)) * 20)
+    elif kind == "text":
+        to.write_text("these are not the models you are looking for\n")
+    else:
+        with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(to, "w") as dst:
+            onnx = [n for n in src.namelist() if n.endswith(".onnx")]
+            for name in src.namelist():
+                if kind == "no-manifest" and name == "manifest.json":
+                    continue
+                body = src.read(name)
+                if kind == "corrupt-member" and name == onnx[1]:
+                    body = b"\x00garbage" + body[:40]
+                dst.writestr(name, body)
+    return to
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("truncated", "not a readable op bundle zip"),
+        ("random", "not a readable op bundle zip"),
+        ("text", "not a readable op bundle zip"),
+        ("no-manifest", "manifest.json"),
+        ("corrupt-member", "is not a valid ONNX model"),
+    ],
+)
+def test_a_damaged_bundle_is_exit_2_naming_it(
+    bundle: Path, tmp_path: Path, capsys, kind: str, says: str
+) -> None:
+    bad = _damaged(bundle, kind, tmp_path / f"{kind}.zip")
+    out = tmp_path / "table.csv"
+    args = ["lut", "measure", str(bad), "--device", "d", "--out", str(out)]
+    assert main([*args, "--rounds", "1", "--round-s", "0.01"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err and says in err, err
+    assert "Traceback" not in err
