@@ -167,6 +167,9 @@ class FidelitySection(_Section):
     #: an objective to promote from its best end (the quota goes to the fastest members
     #: for ``latency_ms@local-cpu``); None spreads the quota along the first objective
     toward: str | None = None
+    #: where no compressed plan meets the accuracy bound at a rung, measure its most
+    #: accurate plans a rung up and promote by the shortfall seen (see SpreadPromotion)
+    adapt: bool = True
 
     @field_validator("rungs")
     @classmethod

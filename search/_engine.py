@@ -91,7 +91,10 @@ class Search:
         self.sampler_name = config.search.sampler if sampler is None else type(sampler).__name__
         fidelity = self.config.search.fidelity
         self.promotion = promotion or SpreadPromotion(
-            share=fidelity.promote, slack=fidelity.slack, toward=fidelity.toward
+            share=fidelity.promote,
+            slack=fidelity.slack,
+            toward=fidelity.toward,
+            adapt=fidelity.adapt,
         )
         self.tracking = MlflowCallback(
             uri=self.config.tracking.uri,
@@ -170,6 +173,7 @@ class Search:
                 print(f"frontier: constraint {was} -> {now}", file=sys.stderr)
         self.constraints = resolved
         self.front = Front(self.records, self.objectives, self.constraints)
+        self.promotion.start(self.baseline)
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
 
     def _checked_baseline(self) -> dict[str, float]:
@@ -381,6 +385,8 @@ class Search:
         promotions: list[tuple[int, int]] = []
         if ACCURACY in self.evaluation.metrics and len(self.evaluation.rungs) > 1:
             promotions = self.promotion.select(self.front, len(self.evaluation.rungs))
+            for note in self.promotion.take_notes():
+                print(f"frontier: promotion: {note}", file=sys.stderr)
         if promotions and final:
             return promotions
         self.generation += 1

@@ -4,15 +4,33 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 import numpy as np
 
 from ._config import Constraint
 from ._front import Front
 
+#: the metric a cheap rung underestimates
+ACCURACY = "accuracy"
+
+#: a rung whose probed plans gain more accuracy than this a rung up (75th percentile)
+#: is promoted from by that shortfall (below it: noise)
+MIN_SHORTFALL = 0.02
+
 
 class Promotion(ABC):
     """Decides, after each generation, which trials go up a rung."""
+
+    def take_notes(self) -> list[str]:
+        """What the strategy decided on its own since the last call, and why (a
+        strategy appends such lines to ``self.notes``); the search prints them."""
+        notes = list(getattr(self, "notes", []))
+        self.__dict__["notes"] = []
+        return notes
+
+    def start(self, baseline: Mapping[str, float]) -> None:  # noqa: B027 - optional hook
+        """The uncompressed model's values, before the first ``select``."""
 
     @abstractmethod
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
@@ -33,31 +51,144 @@ class SpreadPromotion(Promotion):
     needs only that end re-measured: ``toward`` names the objective whose best members
     take the quota, and the rest stay at the cheap rung.
 
+    A rung tuned for another model can sit far below what the next rung gives the same
+    plans: few or no compressed plans meet the accuracy bound there, and the front holds
+    the uncompressed model and little else. With ``adapt``, a rung where fewer than
+    ``probes`` compressed plans are feasible is probed once: its most accurate
+    compressed plans that miss only the accuracy bound go up a rung. If they gain more
+    than ``MIN_SHORTFALL`` accuracy there (75th percentile), plans are promoted from
+    that rung while within that shortfall of the bound. ``notes`` says what was done
+    and why.
+
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
         slack: how far below (or above, for ``<=``) an accuracy bound a plan may be at a
             rung below the top and still be promoted, as a share of the bound, in [0, 1).
         toward: an objective's name: promote its best members first; None spreads the
             quota evenly along the first objective.
+        adapt: learn a rung's shortfall where no compressed plan is feasible at it.
+        probes: plans measured a rung up to learn the shortfall.
     """
 
-    def __init__(self, *, share: float, slack: float = 0.0, toward: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        share: float,
+        slack: float = 0.0,
+        toward: str | None = None,
+        adapt: bool = True,
+        probes: int = 3,
+    ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share=}")
         if not 0 <= slack < 1:
             raise ValueError(f"slack must be in [0, 1), got {slack=}")
+        if probes < 1:
+            raise ValueError(f"probes must be >= 1, got {probes=}")
         self.share = share
         self.slack = slack
         self.toward = toward
+        self.adapt = adapt
+        self.probes = probes
+        self.notes: list[str] = []
+        #: rung -> the accuracy it is learnt to fall short of the next rung by
+        self.shortfall: dict[int, float] = {}
+        self._baseline: dict[str, float] = {}
+        #: rung -> the trials measured a rung up to learn its shortfall
+        self._probes: dict[int, list[int]] = {}
 
-    def _candidates(self, front: Front) -> Front:
-        """The front with its accuracy constraints loosened by ``slack``."""
-        if not self.slack:
+    def start(self, baseline: Mapping[str, float]) -> None:
+        self._baseline = dict(baseline)
+
+    def _candidates(self, front: Front, rung: int) -> Front:
+        """The front with its accuracy constraints loosened by ``slack`` and by the
+        shortfall learnt for ``rung``."""
+        gap = self.shortfall.get(rung, 0.0)
+        if not self.slack and not gap:
             return front
         loose = [
-            _loosen(c, self.slack) if c.objective == "accuracy" else c for c in front.constraints
+            _loosen(c, self.slack, gap) if c.objective == ACCURACY else c for c in front.constraints
         ]
         return Front(front.records, front.objectives, loose)
+
+    def _compressed(self, front: Front, number: int, rung: int) -> bool:
+        """Whether a trial improves some objective other than accuracy on the baseline
+        by more than 1% (the uncompressed plan does not)."""
+        values = front.records[number].values(rung)
+        for o in front.objectives:
+            base = self._baseline.get(o.name)
+            if o.name == ACCURACY or base is None or o.name not in values:
+                continue
+            better = base - values[o.name] if o.direction == "minimize" else values[o.name] - base
+            if better > 0.01 * abs(base):
+                return True
+        return False
+
+    def _learn(self, front: Front, rung: int) -> list[tuple[int, int]]:
+        """Probe ``rung`` once where fewer than ``probes`` compressed plans are feasible
+        at it; once probes come back, promote from it by the shortfall they show."""
+        accuracy = [c for c in front.constraints if c.objective == ACCURACY and c.op == ">="]
+        if not accuracy:
+            return []
+        if rung not in self._probes:
+            return self._probe(front, rung, accuracy)
+        gains = [
+            r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
+            for n in self._probes[rung]
+            if ACCURACY in (r := front.records[n]).rungs.get(rung + 1, {})
+        ]
+        if not gains or rung in self.shortfall:
+            return []
+        gap = float(np.percentile(gains, 75))
+        if gap <= MIN_SHORTFALL:
+            self.notes.append(
+                f"rung {rung} agrees with rung {rung + 1} within {MIN_SHORTFALL} accuracy on "
+                f"{len(gains)} probed plans: it is not what keeps plans off the front"
+            )
+            self.shortfall[rung] = 0.0
+            return []
+        self.shortfall[rung] = gap
+        self.notes.append(
+            f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
+            f"percentile of {len(gains)} probed plans): plans within that of the accuracy "
+            f"bound at rung {rung} are promoted"
+        )
+        return []
+
+    def _probe(self, front: Front, rung: int, accuracy: list[Constraint]) -> list[tuple[int, int]]:
+        """Where fewer than ``probes`` compressed plans are feasible at ``rung``: the
+        most accurate compressed plans that miss only the accuracy bound there, to
+        measure a rung up."""
+        members = self._candidates(front, rung).numbers(rung)
+        feasible = sum(1 for n in members if self._compressed(front, n, rung))
+        if feasible >= self.probes:
+            return []
+        others = Front(
+            front.records,
+            front.objectives,
+            [c for c in front.constraints if c.objective != ACCURACY],
+        )
+        strict = self._candidates(front, rung)
+        near = [
+            n
+            for n in others.numbers(rung)
+            if front.records[n].rung == rung
+            and self._compressed(front, n, rung)
+            and not strict.feasible(front.records[n].values(rung))
+        ]
+        if not near:
+            return []
+        near.sort(key=lambda n: -front.records[n].values(rung)[ACCURACY])
+        chosen = near[: self.probes]
+        self._probes[rung] = chosen
+        best = front.records[chosen[0]].values(rung)[ACCURACY]
+        self.notes.append(
+            f"{feasible} compressed plan{' meets' if feasible == 1 else 's meet'} "
+            f"{' and '.join(map(str, accuracy))} at rung {rung} (the best that miss: "
+            f"{best:.4f}): measuring {len(chosen)} of those at rung {rung + 1} to learn how "
+            f"far rung {rung} falls short (search.fidelity.adapt)"
+        )
+        return [(n, rung + 1) for n in chosen]
 
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         out = []
@@ -65,11 +196,21 @@ class SpreadPromotion(Promotion):
         by = {o.name: o for o in front.objectives}
         if self.toward is not None and self.toward not in by:
             raise ValueError(f"toward: {self.toward!r} is not an objective; one of {list(by)}")
-        candidates = self._candidates(front)
         for rung in range(rungs - 1):
+            if self.adapt and ACCURACY in by and self._baseline:
+                probes = self._learn(front, rung)
+                if probes:
+                    out += probes
+                    continue
+            candidates = self._candidates(front, rung)
             members = candidates.numbers(rung)
             quota = math.ceil(self.share * len(members))
-            quota -= sum(1 for n in members if front.records[n].rung > rung)
+            # probes were extra: they do not use up the rung's quota
+            quota -= sum(
+                1
+                for n in members
+                if front.records[n].rung > rung and n not in self._probes.get(rung, ())
+            )
             waiting = [n for n in members if front.records[n].rung == rung]
             if quota <= 0 or not waiting:
                 continue
@@ -86,8 +227,10 @@ class SpreadPromotion(Promotion):
         return out
 
 
-def _loosen(constraint: Constraint, slack: float) -> Constraint:
-    """``constraint`` (absolute) with its bound moved ``slack`` of itself towards looser."""
+def _loosen(constraint: Constraint, slack: float, gap: float = 0.0) -> Constraint:
+    """``constraint`` (absolute) with its bound moved ``slack`` of itself, and then
+    ``gap`` more, towards looser."""
     factor = 1 - slack if constraint.op == ">=" else 1 + slack
     bound = constraint.bound * factor if constraint.bound >= 0 else constraint.bound / factor
+    bound += -gap if constraint.op == ">=" else gap
     return Constraint(constraint.objective, constraint.op, bound)

@@ -45,8 +45,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def write_config(workdir: Path):
-    def write(name: str = "tiny.yaml", **over: Any) -> Path:
-        path = workdir / name
+    def write(filename: str = "tiny.yaml", **over: Any) -> Path:
+        path = workdir / filename
         path.write_text(yaml.safe_dump(_merge(BASE, over)))
         return path
 

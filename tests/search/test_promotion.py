@@ -91,3 +91,58 @@ def test_toward_must_name_an_objective() -> None:
         }
     )
     assert config.search.fidelity.toward == "latency_ms@local-cpu"
+
+
+# the uncompressed plan (trial 0) and compressed plans that a too-short rung scores far
+# below the bound of 0.765; trial 5 breaks the size constraint
+SIZE = Objective("size_bytes", "minimize")
+SHORT = {0: (0.80, 100.0), 1: (0.60, 50.0), 2: (0.55, 30.0), 3: (0.50, 20.0), 4: (0.2, 10.0)}
+
+
+def _sized(short: dict[int, tuple[float, float]]) -> Front:
+    records = {
+        n: TrialRecord(n, {}, {"n": n}, "complete", rungs={0: {"accuracy": a, "size_bytes": b}})
+        for n, (a, b) in short.items()
+    }
+    records[5] = TrialRecord(
+        5, {}, {"n": 5}, "complete", rungs={0: {"accuracy": 0.7, "size_bytes": 500.0}}
+    )
+    constraints = [Constraint("accuracy", ">=", 0.765), Constraint("size_bytes", "<=", 200.0)]
+    return Front(records, [ACC, SIZE], constraints)
+
+
+def test_a_rung_no_compressed_plan_passes_is_probed_then_promoted_by_its_shortfall() -> None:
+    front = _sized(SHORT)
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    # the three most accurate compressed plans that meet the size bound go up to probe
+    assert sorted(promotion.select(front, rungs=2)) == [(1, 1), (2, 1), (3, 1)]
+    assert "0 compressed plans meet accuracy >= 0.765 at rung 0" in promotion.take_notes()[0]
+    # the top rung recovers them by about 0.2: rung 0 falls that far short
+    for n, gain in ((1, 0.22), (2, 0.22), (3, 0.16)):
+        front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + gain}
+    front.changed()
+    promotion.select(front, rungs=2)
+    assert promotion.shortfall[0] == pytest.approx(0.22)
+    assert "falls short of rung 1 by 0.220" in promotion.take_notes()[0]
+    # probed once: later generations promote by the shortfall (here the rest of the
+    # loosened front: the uncompressed plan), they do not probe again
+    assert promotion.select(front, rungs=2) == [(0, 1)] and promotion.take_notes() == []
+    # the front holds the compressed plans the top rung found feasible
+    assert sorted(front.numbers()) == [1, 2]
+
+
+def test_without_adapt_the_rung_stays_as_configured() -> None:
+    front = _sized(SHORT)
+    promotion = SpreadPromotion(share=0.5, adapt=False)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    assert promotion.select(front, rungs=2) == [(0, 1)]
+    assert promotion.take_notes() == []
+
+
+def test_a_rung_where_enough_compressed_plans_pass_is_not_probed() -> None:
+    front = _sized({**SHORT, 1: (0.78, 50.0)})
+    promotion = SpreadPromotion(share=0.5, probes=1)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    assert promotion.select(front, rungs=2) == [(1, 1)]
+    assert promotion.shortfall == {} and promotion.take_notes() == []

@@ -472,3 +472,31 @@ def test_promotion_savings_estimate_the_top_rung_for_every_trial() -> None:
     assert saved["promotion_saved_s"] == 200.0 - 50.0
     assert saved["rung0_evaluations"] == 10 and saved["rung1_evaluations"] == 2
     assert promotion_savings({0: [1.0] * 10}) == {}  # nothing went up: nothing to say
+
+
+def test_a_rung_that_underestimates_is_adapted_to_and_the_front_fills(write_config, capsys) -> None:
+    # a short rung of one step scores pruned plans far below what fine-tuning gives them:
+    # as configured, the front holds one compressed plan; adapting finds several
+    over = {
+        "objectives": [{"name": "accuracy", "options": {"steps": 1, "full_factor": 200}}, "size_bytes"],
+        "space": {"prune_ratios": [0.5, 0.75], "weight_bits": [4, 8], "act_bits": [32], "round_to": 8},
+        "constraints": ["accuracy >= baseline - 0.05"],
+    }  # fmt: skip
+    search = {"trials": 16, "population": 8, "anchors": False}
+    fixed = write_config(
+        "fixed.yaml", name="fixed", search={**search, "fidelity": {"rungs": ["short", "full"], "adapt": False}}, **over
+    )  # fmt: skip
+    adapted = write_config(
+        "adapted.yaml", name="adapted", search={**search, "fidelity": {"rungs": ["short", "full"]}}, **over
+    )  # fmt: skip
+    before = run(fixed, progress="lines").pareto
+    capsys.readouterr()
+    result = run(adapted, progress="lines")
+    after = result.pareto
+    err = capsys.readouterr().err
+    assert "to learn how far rung 0 falls short" in err and "falls short of rung 1 by" in err
+    bound = load_config(adapted).parsed_constraints()[0]
+    assert (after.rung == "full").sum() >= 3  # measured where they are feasible
+    assert len(after) >= 3 > len(before)
+    base = result.study.user_attrs["frontier.baseline"]
+    assert (after.accuracy >= bound.resolve(base).bound).all()
