@@ -160,7 +160,7 @@ class Search:
                 self.study.enqueue_trial(params)
         self.records = restore(self.study)
         if BASELINE_ATTR not in self.study.user_attrs:
-            self.study.set_user_attr(BASELINE_ATTR, self._checked_baseline())
+            self.study.set_user_attr(BASELINE_ATTR, self.evaluation.baseline())
         self.baseline: dict[str, float] = self.study.user_attrs[BASELINE_ATTR]
         try:
             resolved = [c.resolve(self.baseline) for c in self.constraints]
@@ -175,25 +175,6 @@ class Search:
         self.front = Front(self.records, self.objectives, self.constraints)
         self.promotion.start(self.baseline)
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
-
-    def _checked_baseline(self) -> dict[str, float]:
-        """The baseline's metrics; a baseline that is broken (outputs that are not
-        finite) or no better than chance stops the search (``task.check_baseline``)."""
-        from frontier.evaluators import EvaluationError
-
-        try:
-            values = self.evaluation.baseline()
-        except EvaluationError as err:
-            raise SearchError(f"the task's baseline model cannot be scored: {err}") from None
-        problem = self.evaluation.baseline_problem(values)
-        if problem and self.config.task.check_baseline:
-            raise SearchError(
-                f"{problem}. To search anyway: task.check_baseline: false in the config "
-                "(or --set task.check_baseline=false)"
-            )
-        if problem:
-            print(f"warning: {problem}", file=sys.stderr)
-        return values
 
     def _sensitivity(self) -> None:
         """Per-layer sensitivity at the first rung, cached (a resumed search reads it)."""
@@ -238,7 +219,8 @@ class Search:
         if cfg.backend.kind == "ray" and ray_address(cfg.backend.address):
             check_ray_address(str(ray_address(cfg.backend.address)))
         print(f"frontier: building the {cfg.name} task and space ...", file=sys.stderr)
-        self.evaluation = Evaluation(cfg, store=self.store)
+        # the teacher is checked before the device tables are measured (a new study)
+        self.evaluation = Evaluation(cfg, store=self.store, check_teacher=not self.resume)
         for w in self.evaluation.warnings:
             print(f"warning: {w}", file=sys.stderr)
         for note in self.evaluation.notes:

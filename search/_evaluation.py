@@ -83,7 +83,12 @@ class Evaluation:
     """
 
     def __init__(
-        self, config: Config, tables: Mapping[str, Any] | None = None, store: Any = None
+        self,
+        config: Config,
+        tables: Mapping[str, Any] | None = None,
+        store: Any = None,
+        *,
+        check_teacher: bool = False,
     ) -> None:
         from frontier.evaluators import EvalContext
         from frontier.experiments import build_task, task_baseline
@@ -93,10 +98,18 @@ class Evaluation:
         self.config = config
         self.task = build_task(config.task.name, **config.task.options)
         self.teacher, self.example = task_baseline(self.task, config.task.name)
+        self.metrics = config.metric_names()
+        self.rungs = list(config.search.fidelity.rungs)
+        self._teacher_accuracy: float | None = None
+        self.warnings: list[str] = []
+        #: what this search cannot measure (an untrained task), printed and recorded
+        self.notes: list[str] = list(getattr(self.task, "limitations", list)())
+        if check_teacher:
+            self._check_teacher()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.space: SearchSpace = discover(self.teacher, self.example, config.space)
-        self.warnings = [str(w.message) for w in caught]
+        self.warnings += [str(w.message) for w in caught]
         if tables is None:
             tables = resolve_tables(
                 config, (self.task, self.teacher, self.example, self.space), store
@@ -113,12 +126,8 @@ class Evaluation:
         self.context = EvalContext(
             task=self.task, teacher=self.teacher, latency=latency, seed=config.search.seed
         )
-        self.rungs = list(config.search.fidelity.rungs)
-        #: what this search cannot measure (an untrained task), printed and recorded
-        self.notes: list[str] = list(getattr(self.task, "limitations", list)())
         if not getattr(self.task, "trained", True) and self.rungs != ["proxy"]:
             self.rungs = ["proxy"]
-        self.metrics = config.metric_names()
         self._evaluators: dict[tuple[str, str], Any] = {}
 
     # -- objectives ---------------------------------------------------------------------
@@ -267,18 +276,45 @@ class Evaluation:
     def baseline(self) -> dict[str, float]:
         """Every metric of the uncompressed model (accuracy: the teacher's validation
         accuracy), the scale that hypervolume is normalised by."""
-        from frontier.evaluators import measure_accuracy
-
         others = [m for m in self.metrics if m != ACCURACY]
         values = self.evaluate(CompressionPlan(), 0, others).values if others else {}
         if ACCURACY in self.metrics and self.rungs == ["proxy"]:
             # proxy-only: the scale is the teacher's own proxy value, not its accuracy
             values.update(self.evaluate(CompressionPlan(), 0, [ACCURACY]).values)
         elif ACCURACY in self.metrics:
-            values[ACCURACY] = measure_accuracy(
+            values[ACCURACY] = self.teacher_accuracy()
+        return values
+
+    def teacher_accuracy(self) -> float:
+        """The teacher's metric on the validation split (measured once)."""
+        from frontier.evaluators import measure_accuracy
+
+        if self._teacher_accuracy is None:
+            self._teacher_accuracy = measure_accuracy(
                 self.teacher, self.task.loaders().val, self.task.metric
             )
-        return values
+        return self._teacher_accuracy
+
+    def _check_teacher(self) -> None:
+        """Stop before any long work when the teacher's outputs are not finite or it
+        scores about what chance does (``task.check_baseline: false`` warns instead)."""
+        from frontier.evaluators import EvaluationError
+        from frontier.experiments import TaskError
+
+        if ACCURACY not in self.metrics or self.rungs == ["proxy"]:
+            return
+        try:
+            accuracy = self.teacher_accuracy()
+        except EvaluationError as err:
+            raise TaskError(f"the task's baseline model cannot be scored: {err}") from None
+        problem = self.baseline_problem({ACCURACY: accuracy})
+        if problem and self.config.task.check_baseline:
+            raise TaskError(
+                f"{problem}. To search anyway: task.check_baseline: false in the config "
+                "(or --set task.check_baseline=false)"
+            )
+        if problem:
+            self.warnings.append(problem)
 
     def chance(self) -> tuple[float, str] | None:
         """The task's metric for a model that always answers the validation split's most
