@@ -1,0 +1,102 @@
+"""A user's own model with the default rungs: does the search find compressed models?
+
+Runs ``frontier search benchmarks/own_model/mnasnet.yaml`` exactly as the README's "Your
+own model" says (the task module on ``PYTHONPATH``, a fresh working directory, the
+user's baseline cache and device store), keeps its stderr as ``search.log``, then reads
+the front back with ``frontier pareto --format json --all``. A working directory that
+already holds this search is resumed instead (a finished one completes at once).
+
+Writes ``benchmarks/report-logs/own-model.json``: the baseline, the resolved accuracy
+bound, every front member (rung, accuracy, latency, size; compressed or not), how many
+compressed members the full rung measured within the bound, the promotion notes the
+search printed, and the wall time.
+
+Run: python benchmarks/bench_own_model.py [--workdir DIR]
+     [--json benchmarks/report-logs/own-model.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "own_model" / "mnasnet.yaml"
+
+
+def _frontier(args: list[str], cwd: Path, log: Path | None = None) -> str:
+    env = {**os.environ, "PYTHONPATH": str(HERE / "own_model")}
+    cmd = [sys.executable, "-m", "frontier.search.cli", *args]
+    err = log.open("a") if log else subprocess.PIPE
+    try:
+        done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    finally:
+        if log:
+            err.close()  # type: ignore[union-attr]
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({done.returncode}); see {log or 'stderr'}")
+    return done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, help="default: a new temporary folder")
+    parser.add_argument("--json", type=Path, default=HERE / "report-logs" / "own-model.json")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="own-model-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "search.log"
+    start = time.perf_counter()
+    resume = ["--resume"] if (workdir / "frontier-optuna.journal").exists() else []
+    _frontier(["search", str(CONFIG), "--no-progress", *resume], workdir, log)
+    wall_s = time.perf_counter() - start
+    rows = json.loads(_frontier(["pareto", "--format", "json", "--all"], workdir))
+    text = log.read_text()
+    line = next(s for s in reversed(text.splitlines()) if "frontier: baseline" in s)
+    baseline = dict(
+        (k, float(v)) for k, v in (p.rsplit(" ", 1) for p in line.split(": ", 2)[2].split(", "))
+    )
+    bound_line = next(s for s in text.splitlines() if "frontier: constraint accuracy" in s)
+    bound = float(bound_line.rsplit(">= ", 1)[1])
+    size = baseline["size_bytes"]
+    front = [
+        {
+            "trial": r["trial"],
+            "rung": r["rung"],
+            "accuracy": r["accuracy"],
+            "latency_ms": r["latency_ms@local-cpu"],
+            "size_bytes": r["size_bytes"],
+            "compressed": r["size_bytes"] < 0.99 * size
+            or r["latency_ms@local-cpu"] < 0.99 * baseline["latency_ms@local-cpu"],
+        }
+        for r in rows
+        if r["pareto"]
+    ]
+    measured = [m for m in front if m["compressed"] and m["rung"] == "full"]
+    report = {
+        "config": str(CONFIG.relative_to(HERE.parent)),
+        "baseline": baseline,
+        "accuracy_bound": bound,
+        "trials": len(rows),
+        "front": front,
+        "compressed_members": sum(m["compressed"] for m in front),
+        "compressed_members_at_full_rung": len(measured),
+        "target": "at least 3 compressed members within the accuracy bound",
+        "met": len([m for m in front if m["compressed"] and m["accuracy"] >= bound]) >= 3,
+        "promotion_notes": [s for s in text.splitlines() if "frontier: promotion:" in s],
+        "wall_s": wall_s,
+        "workdir": str(workdir),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: report[k] for k in ("compressed_members", "met", "wall_s")}))
+
+
+if __name__ == "__main__":
+    main()
