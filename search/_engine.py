@@ -25,6 +25,7 @@ from ._samplers import ask_unique, build_sampler
 from ._storage import (
     BASELINE_ATTR,
     GENERATION_ATTR,
+    PROMOTION_ATTR,
     SearchError,
     StudyStore,
     default_storage,
@@ -174,6 +175,7 @@ class Search:
         self.constraints = resolved
         self.front = Front(self.records, self.objectives, self.constraints)
         self.promotion.start(self.baseline)
+        self.promotion.restore(self.study.user_attrs.get(PROMOTION_ATTR, {}))
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
 
     def _sensitivity(self) -> None:
@@ -369,6 +371,7 @@ class Search:
             promotions = self.promotion.select(self.front, len(self.evaluation.rungs))
             for note in self.promotion.take_notes():
                 print(f"frontier: promotion: {note}", file=sys.stderr)
+            self.study.set_user_attr(PROMOTION_ATTR, self.promotion.state())
         if promotions and final:
             return promotions
         self.generation += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,14 @@ class Promotion(ABC):
 
     def start(self, baseline: Mapping[str, float]) -> None:  # noqa: B027 - optional hook
         """The uncompressed model's values, before the first ``select``."""
+
+    def state(self) -> dict[str, Any]:
+        """What the strategy has learnt, as JSON data the study keeps (a resumed search
+        hands it back to ``restore``)."""
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Take back what ``state`` returned before an interruption."""
 
     @abstractmethod
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
@@ -99,6 +108,16 @@ class SpreadPromotion(Promotion):
 
     def start(self, baseline: Mapping[str, float]) -> None:
         self._baseline = dict(baseline)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "shortfall": {str(r): g for r, g in self.shortfall.items()},
+            "probes": {str(r): list(p) for r, p in self._probes.items()},
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.shortfall = {int(r): float(g) for r, g in state.get("shortfall", {}).items()}
+        self._probes = {int(r): [int(n) for n in p] for r, p in state.get("probes", {}).items()}
 
     def _candidates(self, front: Front, rung: int) -> Front:
         """The front with its accuracy constraints loosened by ``slack`` and by the

@@ -15,6 +15,7 @@ CONFIG_ATTR = "frontier.config_name"
 BASELINE_ATTR = "frontier.baseline"
 INTERRUPTED_ATTR = "frontier.interrupted"
 GENERATION_ATTR = "frontier.generation"
+PROMOTION_ATTR = "frontier.promotion"  # what the promotion strategy learnt
 RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
 
 

@@ -146,3 +146,22 @@ def test_a_rung_where_enough_compressed_plans_pass_is_not_probed() -> None:
     promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
     assert promotion.select(front, rungs=2) == [(1, 1)]
     assert promotion.shortfall == {} and promotion.take_notes() == []
+
+
+def test_what_promotion_learnt_survives_a_resume() -> None:
+    front = _sized(SHORT)
+    first = SpreadPromotion(share=0.5)
+    first.start({"accuracy": 0.80, "size_bytes": 100.0})
+    probes = first.select(front, rungs=2)
+    for n, _ in probes:
+        front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + 0.22}
+    front.changed()
+    first.select(front, rungs=2)
+    import json
+
+    again = SpreadPromotion(share=0.5)  # a resumed search: the state came from the study
+    again.start({"accuracy": 0.80, "size_bytes": 100.0})
+    again.restore(json.loads(json.dumps(first.state())))
+    assert again.shortfall == first.shortfall
+    assert again.select(front, rungs=2) == first.select(front, rungs=2)  # no new probes
+    assert again.take_notes() == []
