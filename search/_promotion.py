@@ -65,8 +65,9 @@ class SpreadPromotion(Promotion):
     the uncompressed model and little else. With ``adapt``, a rung where fewer than
     ``probes`` compressed plans are feasible is probed once: its most accurate
     compressed plans that miss only the accuracy bound go up a rung. If they gain more
-    than ``MIN_SHORTFALL`` accuracy there (75th percentile), plans are promoted from
-    that rung while within that shortfall of the bound. ``notes`` says what was done
+    than ``MIN_SHORTFALL`` accuracy there (75th percentile), every member of that
+    rung's front within that shortfall of the bound is promoted (the rung's own ranking
+    is known to be off, so a share of it cannot choose). ``notes`` says what was done
     and why.
 
     Args:
@@ -169,8 +170,8 @@ class SpreadPromotion(Promotion):
         self.shortfall[rung] = gap
         self.notes.append(
             f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
-            f"percentile of {len(gains)} probed plans): plans within that of the accuracy "
-            f"bound at rung {rung} are promoted"
+            f"percentile of {len(gains)} probed plans): every front member at rung {rung} "
+            "within that of the accuracy bound is promoted"
         )
         return []
 
@@ -231,6 +232,11 @@ class SpreadPromotion(Promotion):
                 if front.records[n].rung > rung and n not in self._probes.get(rung, ())
             )
             waiting = [n for n in members if front.records[n].rung == rung]
+            if self.shortfall.get(rung, 0.0) > 0:
+                # the rung's accuracies are known to be off: its own ranking cannot
+                # choose, so every front member within the shortfall of the bound goes up
+                out += [(n, rung + 1) for n in waiting]
+                continue
             if quota <= 0 or not waiting:
                 continue
             if self.toward is not None:  # the quota from the objective's best end
