@@ -57,8 +57,11 @@ def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return float((logits.argmax(dim=-1) == targets).float().mean())
 
 
-def measure_accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> float:
-    """The task metric over ``loader``, each batch weighted by its size.
+def measure_accuracy(
+    model: nn.Module, loader: Any, metric: Any = _top1, *, labels: list[Any] | None = None
+) -> float:
+    """The task metric over ``loader``, each batch weighted by its size; ``labels``, if
+    given, gets each batch's targets appended (one pass over the data for both).
 
     Raises:
         EvaluationError: the model's outputs are not finite (NaN or infinite): argmax
@@ -78,6 +81,8 @@ def measure_accuracy(model: nn.Module, loader: Any, metric: Any = _top1) -> floa
                 )
             weighted += metric(out, y) * len(y)
             total += len(y)
+            if labels is not None:
+                labels.append(y)
     model.train(was)
     return weighted / max(total, 1)
 

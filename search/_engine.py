@@ -218,8 +218,9 @@ class Search:
         cfg = self.config
         for what, folder in search_folders(cfg).items():
             writable(folder, what)
-        if cfg.backend.kind == "ray" and ray_address(cfg.backend.address):
-            check_ray_address(str(ray_address(cfg.backend.address)))
+        address = ray_address(cfg.backend.address) if cfg.backend.kind == "ray" else None
+        if address:  # before any long work; the backend checks again when it joins
+            check_ray_address(address)
         print(f"frontier: building the {cfg.name} task and space ...", file=sys.stderr)
         # the teacher is checked before the device tables are measured (a new study)
         self.evaluation = Evaluation(cfg, store=self.store, check_teacher=not self.resume)

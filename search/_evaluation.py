@@ -101,6 +101,7 @@ class Evaluation:
         self.metrics = config.metric_names()
         self.rungs = list(config.search.fidelity.rungs)
         self._teacher_accuracy: float | None = None
+        self._val_labels: list[Any] = []  # the targets that accuracy was measured on
         self.warnings: list[str] = []
         #: what this search cannot measure (an untrained task), printed and recorded
         self.notes: list[str] = list(getattr(self.task, "limitations", list)())
@@ -290,8 +291,9 @@ class Evaluation:
         from frontier.evaluators import measure_accuracy
 
         if self._teacher_accuracy is None:
+            self._val_labels = []
             self._teacher_accuracy = measure_accuracy(
-                self.teacher, self.task.loaders().val, self.task.metric
+                self.teacher, self.task.loaders().val, self.task.metric, labels=self._val_labels
             )
         return self._teacher_accuracy
 
@@ -307,7 +309,7 @@ class Evaluation:
             accuracy = self.teacher_accuracy()
         except EvaluationError as err:
             raise TaskError(f"the task's baseline model cannot be scored: {err}") from None
-        problem = self.baseline_problem({ACCURACY: accuracy})
+        problem = self._baseline_problem(accuracy)
         if problem and self.config.task.check_baseline:
             raise TaskError(
                 f"{problem}. To search anyway: task.check_baseline: false in the config "
@@ -316,12 +318,14 @@ class Evaluation:
         if problem:
             self.warnings.append(problem)
 
-    def chance(self) -> tuple[float, str] | None:
+    def _chance(self) -> tuple[float, str] | None:
         """The task's metric for a model that always answers the validation split's most
-        common class, and that class; None where the targets are not class ids."""
+        common class, and that class; None where the targets are not class ids (read
+        from the pass that measured the teacher's accuracy)."""
         import torch
 
-        labels = [y for _, y in self.task.loaders().val]
+        self.teacher_accuracy()
+        labels = self._val_labels
         if not labels or not all(
             isinstance(y, torch.Tensor) and y.dim() == 1 and not y.is_floating_point()
             for y in labels
@@ -338,16 +342,13 @@ class Evaluation:
         logits[:, common] = 1.0
         return float(self.task.metric(logits, y)), f"always class {common}"
 
-    def baseline_problem(self, values: Mapping[str, float]) -> str:
-        """Why the baseline's scores make a search meaningless ('' when they do not): its
-        accuracy is within a tenth of the way from chance to perfect."""
-        if ACCURACY not in values or self.rungs == ["proxy"]:
-            return ""
-        found = self.chance()
+    def _baseline_problem(self, accuracy: float) -> str:
+        """Why the teacher's ``accuracy`` makes a search meaningless ('' when it does
+        not): it is within a tenth of the way from chance to perfect."""
+        found = self._chance()
         if found is None:
             return ""
         chance, answer = found
-        accuracy = values[ACCURACY]
         if accuracy >= chance + 0.1 * (1.0 - chance):
             return ""
         return (

@@ -179,8 +179,8 @@ class SpreadPromotion(Promotion):
         """Where fewer than ``probes`` compressed plans are feasible at ``rung``: the
         most accurate compressed plans that miss only the accuracy bound there, to
         measure a rung up."""
-        members = self._candidates(front, rung).numbers(rung)
-        feasible = sum(1 for n in members if self._compressed(front, n, rung))
+        candidates = self._candidates(front, rung)
+        feasible = sum(1 for n in candidates.numbers(rung) if self._compressed(front, n, rung))
         if feasible >= self.probes:
             return []
         others = Front(
@@ -188,13 +188,12 @@ class SpreadPromotion(Promotion):
             front.objectives,
             [c for c in front.constraints if c.objective != ACCURACY],
         )
-        strict = self._candidates(front, rung)
         near = [
             n
             for n in others.numbers(rung)
             if front.records[n].rung == rung
             and self._compressed(front, n, rung)
-            and not strict.feasible(front.records[n].values(rung))
+            and not candidates.feasible(front.records[n].values(rung))
         ]
         if not near:
             return []
