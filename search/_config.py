@@ -6,6 +6,8 @@ configs load by name (``digits-mcu``), others by path.
 
 from __future__ import annotations
 
+import importlib
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -272,6 +274,9 @@ class Config(_Section):
 
     name: str = "experiment"
     description: str = ""
+    #: Python modules imported before the rest is validated, in the driver and in every
+    #: worker: where a technique, task, sampler or evaluator of your own registers itself
+    plugins: list[str] = Field(default_factory=list)
     task: TaskSection = Field(default_factory=TaskSection)
     #: the space section is ``SpaceOptions`` itself: one schema, validated by pydantic
     space: SpaceOptions = Field(default_factory=SpaceOptions)
@@ -405,16 +410,39 @@ def _format_errors(source: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def import_plugins(plugins: Any, *, source: str = "<config>") -> None:
+    """Import a config's ``plugins`` (module names) so that what they register is known
+    when the rest of the config is validated; errors name ``source`` and the entry."""
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"{source}: plugins: a list of Python module names, got {plugins!r}")
+    for i, name in enumerate(plugins):
+        try:
+            importlib.import_module(name)
+        except Exception as err:
+            raise ConfigError(
+                f"{source}: plugins[{i}]: cannot import {name!r} ({type(err).__name__}: {err}); "
+                "a plugin must be importable where the search and its workers run "
+                "(PYTHONPATH=. for a module in this folder)"
+            ) from err
+
+
 def parse_config(data: Any, *, source: str = "<config>") -> Config:
-    """Validate already-loaded config data; errors name ``source`` and the field."""
+    """Validate already-loaded config data, its ``plugins`` imported first; errors name
+    ``source`` and the field."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a config must be a mapping, got {type(data).__name__}")
+    import_plugins(data.get("plugins", []), source=source)
     try:
         return Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_errors(source, err)) from None
+
+
+def config_from_json(text: str, *, source: str = "<config>") -> Config:
+    """A config sent as ``Config.model_dump_json()`` (to a worker), plugins imported."""
+    return parse_config(json.loads(text), source=source)
 
 
 def load_config(name_or_path: str | Path) -> Config:

@@ -16,7 +16,7 @@ from torch import nn
 
 from frontier.spaces import CompressionPlan, SearchSpace
 
-from ._config import Config
+from ._config import Config, config_from_json
 from ._pareto import Objective
 
 ACCURACY = "accuracy"
@@ -418,7 +418,7 @@ def evaluate_job(
     per worker process and config, then reused."""
     evaluation = _WORKER_CACHE.get(config_json)
     if evaluation is None:
-        config = Config.model_validate_json(config_json)
+        config = config_from_json(config_json, source="the worker's config")
         evaluation = Evaluation(config, tables)
         _WORKER_CACHE.clear()
         _WORKER_CACHE[config_json] = evaluation
