@@ -24,6 +24,7 @@ from ._mlflow import MlflowCallback
 from ._pareto import Objective, hypervolume, normalise, pareto_mask
 from ._promotion import Promotion, SpreadPromotion
 from ._samplers import build_sampler, register_sampler, sampler_names
+from ._sensitivity import choices as sensitivity_choices
 from ._sensitivity import sensitivity
 from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
 from ._tracking import Tag, find_search, front_frame, metrics_of
@@ -70,4 +71,5 @@ __all__ = [
     "run",
     "sampler_names",
     "sensitivity",
+    "sensitivity_choices",
 ]

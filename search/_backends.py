@@ -11,14 +11,13 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from frontier.spaces import Registry
-
 from ._config import Config
 from ._evaluation import Evaluation, TrialResult, evaluate_job
+from ._registries import BACKENDS, backend_names, register_backend
 from ._storage import SearchError
 
 #: Ray must stay on loopback here; a real cluster's address comes from --address
@@ -266,26 +265,10 @@ def check_ray_address(address: str) -> None:
         raise SearchError(f"Ray: the cluster at {address} needs an auth token: {TOKEN_HINT}")
 
 
-#: (config, the driver's Evaluation) -> a Backend; ``backend.kind`` names one
-BackendFactory = Callable[[Config, Evaluation], Backend]
-
-_BACKENDS: Registry[BackendFactory] = Registry("backend")
-
-
-def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
-    """Register ``factory(config, evaluation) -> Backend`` under ``name``, which a
-    config's ``backend.kind`` may then name."""
-    return _BACKENDS.register(name)
-
-
-def backend_names() -> list[str]:
-    return _BACKENDS.names()
-
-
 def build_backend(config: Config, evaluation: Evaluation) -> Backend:
     """The backend ``config.backend.kind`` names, for a search scoring with
     ``evaluation``."""
-    factory = _BACKENDS.get(config.backend.kind)
+    factory = BACKENDS.get(config.backend.kind)
     if factory is None:
         raise ValueError(
             f"unknown backend {config.backend.kind!r}; known: {', '.join(backend_names())}"

@@ -9,8 +9,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ._view import SearchView
+
 if TYPE_CHECKING:
-    from ._engine import Search
     from ._front import TrialRecord
 
 
@@ -24,24 +25,24 @@ class Callback:
     Each hook does nothing by default. A hook that raises stops the search: catch what
     must not."""
 
-    def on_start(self, search: Search) -> None:
+    def on_start(self, search: SearchView) -> None:
         """The search is about to ask for its first trial."""
 
-    def on_trial(self, search: Search, record: TrialRecord) -> None:
+    def on_trial(self, search: SearchView, record: TrialRecord) -> None:
         """A trial finished; ``record.state`` says how."""
 
-    def on_promotion(self, search: Search, record: TrialRecord, rung: int) -> None:
+    def on_promotion(self, search: SearchView, record: TrialRecord, rung: int) -> None:
         """``record`` was measured at ``rung`` (``record.rungs[rung]`` is {} if that
         failed)."""
 
-    def on_generation(self, search: Search, final: bool) -> None:
+    def on_generation(self, search: SearchView, final: bool) -> None:
         """A generation ended; ``search.front`` is current."""
 
-    def on_finish(self, search: Search, status: str) -> None:
+    def on_finish(self, search: SearchView, status: str) -> None:
         """The loop ended (also by an exception)."""
 
 
-def _status(search: Search) -> str:
+def _status(search: SearchView) -> str:
     front = search.front.numbers()
     return f"front {len(front)}  HV {search.hypervolume:.4f}"
 
@@ -53,7 +54,7 @@ class ProgressBar(Callback):
         self._bar: Any = None
         self._shown = 0.0
 
-    def on_start(self, search: Search) -> None:
+    def on_start(self, search: SearchView) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -78,12 +79,12 @@ class ProgressBar(Callback):
         )
         self._bar.start()
 
-    def on_trial(self, search: Search, record: TrialRecord) -> None:
+    def on_trial(self, search: SearchView, record: TrialRecord) -> None:
         if self._bar is not None and time.monotonic() - self._shown > 0.5:
             self._shown = time.monotonic()
             self._bar.update(self._task, completed=search.done, info=_status(search))
 
-    def on_finish(self, search: Search, status: str) -> None:
+    def on_finish(self, search: SearchView, status: str) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=search.done, info=_status(search))
             self._bar.stop()
@@ -95,10 +96,10 @@ class ProgressLines(Callback):
     def __init__(self) -> None:
         self._started = time.monotonic()
 
-    def on_start(self, search: Search) -> None:
+    def on_start(self, search: SearchView) -> None:
         self._started = time.monotonic()
 
-    def on_generation(self, search: Search, final: bool) -> None:
+    def on_generation(self, search: SearchView, final: bool) -> None:
         failed = sum(1 for r in search.records.values() if r.state == "failed")
         print(
             f"frontier: generation {search.generation}: {search.done}/"
@@ -126,7 +127,7 @@ class Emissions(Callback):
         self.country_iso = country_iso
         self._tracker: Any = None
 
-    def on_start(self, search: Search) -> None:
+    def on_start(self, search: SearchView) -> None:
         import logging
 
         try:
@@ -145,7 +146,7 @@ class Emissions(Callback):
                 file=sys.stderr,
             )
 
-    def on_finish(self, search: Search, status: str) -> None:
+    def on_finish(self, search: SearchView, status: str) -> None:
         if self._tracker is None:
             return
         kg = self._tracker.stop() or 0.0

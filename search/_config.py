@@ -29,6 +29,8 @@ from pydantic import (
 from frontier.latency_models.runner import ROUND_S, ROUNDS
 from frontier.spaces import SpaceOptions
 
+from ._registries import backend_names, sampler_names
+
 
 class ConfigError(ValueError):
     """A config file cannot be read or breaks a rule; names the file, field and value."""
@@ -199,8 +201,6 @@ class SearchSection(_Section):
     @field_validator("sampler")
     @classmethod
     def _known_sampler(cls, v: str) -> str:
-        from ._samplers import sampler_names
-
         if v not in sampler_names():
             raise ValueError(f"unknown sampler {v!r}; known: {', '.join(sampler_names())}")
         return v
@@ -220,8 +220,6 @@ class BackendSection(_Section):
     @field_validator("kind")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        from ._backends import backend_names
-
         if v not in backend_names():
             raise ValueError(f"unknown backend {v!r}; known: {', '.join(backend_names())}")
         return v

@@ -20,9 +20,9 @@ import pandas as pd
 from ._callbacks import Callback
 from ._pareto import REFERENCE, Objective
 from ._tracking import MODEL_FILE, PLAN_FILE, Tag, Tracker
+from ._view import SearchView
 
 if TYPE_CHECKING:
-    from ._engine import Search
     from ._front import TrialRecord
 
 #: the study attribute that remembers the parent run, so a resumed search reopens it
@@ -93,7 +93,7 @@ class MlflowCallback(Callback):
         self._last_plot = -float("inf")
 
     # -- hooks ----------------------------------------------------------------------------
-    def on_start(self, search: Search) -> None:
+    def on_start(self, search: SearchView) -> None:
         self.tracker = Tracker(self.uri, self.experiment)
         parent = search.study.user_attrs.get(RUN_ATTR)
         if parent:
@@ -105,7 +105,7 @@ class MlflowCallback(Callback):
             search.study_store.flush()
         self._reconcile(search)
 
-    def _reconcile(self, search: Search) -> None:
+    def _reconcile(self, search: SearchView) -> None:
         """Make MLflow agree with the study a resumed search restored: a trial a killed
         run finished but never logged (or left half written) is logged whole, a promotion
         it never wrote is written, and the front tags follow the restored front now."""
@@ -127,7 +127,7 @@ class MlflowCallback(Callback):
                 self.on_promotion(search, rec, rung)
         self._retag(search)
 
-    def on_trial(self, search: Search, record: TrialRecord) -> None:
+    def on_trial(self, search: SearchView, record: TrialRecord) -> None:
         tags = {Tag.STATE: record.state, Tag.PARETO: "false", **self._rung_tags(search, record)}
         if record.error:
             tags[Tag.ERROR] = record.error[:5000]
@@ -143,7 +143,7 @@ class MlflowCallback(Callback):
 
         self.later(write)
 
-    def on_promotion(self, search: Search, record: TrialRecord, rung: int) -> None:
+    def on_promotion(self, search: SearchView, record: TrialRecord, rung: int) -> None:
         values, tags = dict(record.rungs[rung]), self._rung_tags(search, record)
         tags[Tag.FEASIBLE] = str(search.front.feasible(record.values())).lower()
 
@@ -154,7 +154,7 @@ class MlflowCallback(Callback):
 
         self.later(write)
 
-    def _retag(self, search: Search) -> set[int]:
+    def _retag(self, search: SearchView) -> set[int]:
         """Tag the trials that joined or left the front since the last tags; returns the
         front."""
         front = set(search.front.numbers())
@@ -165,7 +165,7 @@ class MlflowCallback(Callback):
             self._tag_later(rec, {Tag.PARETO: str(n in front).lower()})
         return front
 
-    def on_generation(self, search: Search, final: bool) -> None:
+    def on_generation(self, search: SearchView, final: bool) -> None:
         front = self._retag(search)
         for n, rec in search.records.items():
             if n not in front:  # off the front: its job's model is not written (memory)
@@ -199,7 +199,7 @@ class MlflowCallback(Callback):
 
         self.later(write)
 
-    def on_finish(self, search: Search, status: str) -> None:
+    def on_finish(self, search: SearchView, status: str) -> None:
         if not self.parent:
             return  # never started
         self.later.drain()
@@ -208,7 +208,7 @@ class MlflowCallback(Callback):
         self.tracker.finish(self.parent, status)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _start_parent(self, search: Search) -> str:
+    def _start_parent(self, search: SearchView) -> str:
         from importlib.metadata import version
 
         cfg, evaluation = search.config, search.evaluation
@@ -256,7 +256,7 @@ class MlflowCallback(Callback):
             self._log_sensitivity(search, parent)
         return parent
 
-    def _log_sensitivity(self, search: Search, parent: str) -> None:
+    def _log_sensitivity(self, search: SearchView, parent: str) -> None:
         import tempfile
         from pathlib import Path
 
@@ -269,7 +269,7 @@ class MlflowCallback(Callback):
             path = plot(rows, Path(tmp) / "sensitivity.png", metric=metric)
             self.tracker.log_artifact_files(parent, [path])
 
-    def _rung_tags(self, search: Search, rec: TrialRecord) -> dict[str, str]:
+    def _rung_tags(self, search: SearchView, rec: TrialRecord) -> dict[str, str]:
         return {
             Tag.RUNG: search.evaluation.rungs[rec.rung] if rec.rung >= 0 else "",
             Tag.RUNG_INDEX: str(rec.rung),
@@ -278,7 +278,7 @@ class MlflowCallback(Callback):
     def _tag_later(self, rec: TrialRecord, tags: dict[str, str]) -> None:
         self.later(lambda: self.tracker.set_tags(rec.run_id, tags))  # the run exists by now
 
-    def _export(self, search: Search, rec: TrialRecord) -> None:
+    def _export(self, search: SearchView, rec: TrialRecord) -> None:
         """A front member's ONNX model (the one its accuracy was measured on) and plan."""
         import shutil
         import tempfile

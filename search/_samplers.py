@@ -5,10 +5,13 @@ instead; ``register_sampler`` adds a name."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from frontier.spaces import Registry, SearchSpace
+from frontier.spaces import SearchSpace
+
+from ._front import plan_key
+from ._registries import SAMPLERS, register_sampler, sampler_names
+from ._surrogate import SurrogateSampler
 
 #: a sampler that proposes this many plans in a row that were already run gets one
 #: seeded random plan instead; this many random draws that are all repeats mean the
@@ -18,25 +21,10 @@ MAX_RANDOM_DRAWS = 100
 #: the trial attribute that marks a refused repeat (recorded as PRUNED)
 DUPLICATE_ATTR = "frontier.duplicate_of"
 
-#: (population size, seed) -> an Optuna sampler
-SamplerFactory = Callable[[int, int], Any]
-
-_SAMPLERS: Registry[SamplerFactory] = Registry("sampler")
-
-
-def register_sampler(name: str) -> Callable[[SamplerFactory], SamplerFactory]:
-    """Register ``factory(population, seed) -> optuna sampler`` under ``name``, which a
-    config's ``search.sampler`` may then name."""
-    return _SAMPLERS.register(name)
-
-
-def sampler_names() -> list[str]:
-    return _SAMPLERS.names()
-
 
 def build_sampler(name: str, *, population: int, seed: int) -> Any:
     """The sampler ``name`` (see ``sampler_names()``), seeded."""
-    factory = _SAMPLERS.get(name)
+    factory = SAMPLERS.get(name)
     if factory is None:
         raise ValueError(f"unknown sampler {name!r}; known: {', '.join(sampler_names())}")
     return factory(population, seed)
@@ -65,8 +53,6 @@ def _gp(population: int, seed: int) -> Any:
 
 @register_sampler("surrogate")
 def _surrogate(population: int, seed: int) -> Any:
-    from ._surrogate import SurrogateSampler
-
     return SurrogateSampler(seed=seed)
 
 
@@ -87,8 +73,6 @@ def ask_unique(
     seeded by ``seed`` and the study's length draws instead."""
     from optuna.samplers import RandomSampler
     from optuna.trial import TrialState
-
-    from ._front import plan_key
 
     sampler = study.sampler
     try:

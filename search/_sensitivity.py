@@ -14,47 +14,20 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-#: Per-layer dimensions, by name prefix, and their uncompressed choice.
-PER_LAYER = {"prune.": min, "wbits.": max, "abits.": max}
-
-
-def default_choice(name: str, choices: Sequence[Any]) -> Any:
-    """The uncompressed choice of dimension ``name``: no pruning, the widest bits, no
-    student; for distillation and other whole-model choices, the first."""
-    for prefix, pick in PER_LAYER.items():
-        if name.startswith(prefix):
-            return pick(choices)
-    if name == "student" and "none" in choices:
-        return "none"
-    return choices[0]
-
-
-class Fixed:
-    """A stand-in for an Optuna trial that answers each dimension from ``values`` and
-    every other with its uncompressed choice (``default_choice``)."""
-
-    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
-        self.values = dict(values or {})
-
-    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        if name in self.values:
-            return self.values[name]
-        return default_choice(name, choices)
 
 
 def choices(space: Any) -> list[tuple[str, Any]]:
     """``(dimension, choice)`` of every per-layer compression choice of ``space``: each
-    choice of each per-layer dimension but its uncompressed one."""
+    choice of each dimension that belongs to a layer (``Dimension.layer``) but its
+    uncompressed one."""
     out = []
     for dim in space.dimensions():
-        if not dim.name.startswith(tuple(PER_LAYER)) or "/" in dim.name:
+        if not dim.layer or "/" in dim.name:
             continue  # a whole-model choice, or a student's own layers: not the model's
-        default = default_choice(dim.name, dim.choices)
-        out += [(dim.name, c) for c in dim.choices if c != default]
+        out += [(dim.name, c) for c in dim.choices if c != dim.uncompressed]
     return out
 
 
@@ -98,15 +71,16 @@ def sensitivity(
         return list(stored[key]["rows"])
     space = evaluation.space
     todo = [("none", None), *choices(space)]
+    layers = {d.name: d.layer for d in space.dimensions()}
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     for i, (name, value) in enumerate(todo):
-        plan = space.suggest(Fixed({} if value is None else {name: value}))
+        plan = space.plan_of({} if value is None else {name: value})
         values = evaluation.evaluate(plan, rung).values
         rows.append(
             {
                 "dimension": name,
-                "layer": name.split(".", 1)[1] if "." in name else "",
+                "layer": layers.get(name, ""),
                 "choice": value,
                 **values,
             }

@@ -33,7 +33,6 @@ from optuna.samplers import BaseSampler, RandomSampler
 
 from ._evaluation import ACCURACY
 from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
-from ._sensitivity import Fixed, default_choice
 
 
 class AdditiveSurrogate:
@@ -175,8 +174,9 @@ class SurrogateSampler(BaseSampler):
         sensitivity rows (the engine calls this before the first trial)."""
         self._search = search
         ev = search.evaluation
-        self._dims = {d.name: tuple(d.choices) for d in ev.space.dimensions() if "/" not in d.name}
-        self._defaults = {n: default_choice(n, c) for n, c in self._dims.items()}
+        own = [d for d in ev.space.dimensions() if "/" not in d.name]
+        self._dims = {d.name: tuple(d.choices) for d in own}
+        self._defaults = {d.name: d.uncompressed for d in own}
         self._features = [
             (n, c) for n, cs in self._dims.items() for c in cs if c != self._defaults[n]
         ]
@@ -281,7 +281,7 @@ class SurrogateSampler(BaseSampler):
         return self._dims[name][int(rng.integers(len(self._dims[name])))]
 
     def _plan(self, params: Mapping[str, Any]) -> Any:
-        return self._search.evaluation.space.suggest(Fixed(params))
+        return self._search.evaluation.space.plan_of(params)
 
     def _exact(self, params: Mapping[str, Any], metrics: list[str]) -> dict[str, float]:
         return dict(self._search.evaluation.evaluate(self._plan(params), 0, metrics).values)

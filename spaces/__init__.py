@@ -5,7 +5,7 @@
 compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deployment.
 """
 
-from ._apply import ApplyError, apply_plan, kept_channels, swap_activations
+from ._apply import apply_plan
 from ._cost import Cost, LayerCost, count_macs, model_cost
 from ._embedding_quant import EmbeddingQuant, QuantEmbedding
 from ._export import (
@@ -50,6 +50,7 @@ from ._students import (
     register_student,
     student_families,
 )
+from ._surgery import ApplyError, kept_channels, swap_activations
 from ._techniques import (
     DROPPED,
     ApplyContext,

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from ._dims import Dimension, SpaceView
 from ._plan import CompressionPlan, PlanError
 from ._techniques import ApplyContext, Chooser, Technique, register_technique
-
-if TYPE_CHECKING:
-    from ._space import Dimension, SearchSpace
 
 #: the bit widths the technique stores tables at (32: left as they are)
 EMBEDDING_BITS = (8, 32)
@@ -75,12 +73,12 @@ class EmbeddingQuant(Technique):
                 f"got {list(self.bits)}"
             )
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
-        from ._space import Dimension
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
+        if len(self.bits) < 2:
+            return []
+        return [Dimension("embed_bits", "embedding bits", self.bits, uncompressed=max(self.bits))]
 
-        return [Dimension("embed_bits", "embedding bits", self.bits)] if len(self.bits) > 1 else []
-
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         bits = choose(f"{prefix}embed_bits", self.bits) if len(self.bits) > 1 else self.bits[0]
         return self.entry_field(int(bits) if int(bits) < 32 else None)
 

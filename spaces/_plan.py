@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._registry import Registry
+
 PLAN_FORMAT_VERSION = 4
 #: Plan formats this Frontier reads (1 had no unstructured sparsity, 3 no registered
 #: techniques).
@@ -271,12 +273,7 @@ class CompressionPlan:
         techniques = data.get("techniques", {}) or {}
         if not isinstance(techniques, Mapping):
             raise PlanError(f"techniques must be a mapping of name to data, got {techniques!r}")
-        if techniques:
-            from ._techniques import build_technique
-
-            techniques = {
-                name: build_technique(name).read(entry) for name, entry in techniques.items()
-            }
+        techniques = {name: _read_entry(name, entry) for name, entry in techniques.items()}
         plan = cls(
             prune=tables["prune"],
             weight_bits=tables["weight_bits"],
@@ -292,6 +289,18 @@ class CompressionPlan:
         if space is not None:
             space.validate(plan)
         return plan
+
+
+#: registered technique classes by name (``register_technique`` fills it): a plan's
+#: ``techniques`` entries are read and checked by their technique's ``read``
+TECHNIQUES: Registry[Any] = Registry("technique")
+
+
+def _read_entry(name: str, entry: Any) -> Any:
+    cls = TECHNIQUES.get(name)
+    if cls is None:
+        raise PlanError(f"unknown technique {name!r}; registered: {TECHNIQUES.names()}")
+    return cls().read(entry)
 
 
 def _read_sub(value: Any, cls: type, name: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -14,6 +15,7 @@ import numpy as np
 from torch import nn
 
 from . import _graph
+from ._dims import Dimension, LayerGroup, QuantLayer, SkippedGroup
 from ._forward import SpaceError, check_forward, eval_mode
 from ._plan import (
     IMPORTANCE_CRITERIA,
@@ -170,47 +172,6 @@ def _compile(field_name: str, pattern: str) -> re.Pattern[str]:
 
 
 @dataclass(frozen=True)
-class LayerGroup:
-    """A set of coupled channels pruned together, named after its first member."""
-
-    name: str
-    channels: int
-    members: tuple[str, ...]
-    tie: str | None = None
-    channel_groups: int = 1
-
-
-@dataclass(frozen=True)
-class QuantLayer:
-    """A layer whose weights and input activations take a bit width."""
-
-    name: str
-    kind: str
-    weight_bits: tuple[int, ...]
-    act_bits: tuple[int, ...]
-    tie: str | None = None
-    sparsity: tuple[float, ...] = (0.0,)
-
-
-@dataclass(frozen=True)
-class SkippedGroup:
-    """A group left out of pruning, and why."""
-
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Dimension:
-    """One searchable dimension: an Optuna parameter name and its choices."""
-
-    name: str
-    kind: str
-    choices: tuple[Any, ...]
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class SearchSpace:
     """Everything a search may choose for one model. Plain data; see ``discover``.
 
@@ -237,6 +198,20 @@ class SearchSpace:
         parameters of a student's own layers carry its key (``mlp-w0.5-d1/prune.fc``).
         """
         return self._draw(lambda name, choices: trial.suggest_categorical(name, list(choices)))
+
+    def plan_of(self, params: Mapping[str, Any]) -> CompressionPlan:
+        """The plan trial parameters (``dimensions()`` names) give; a dimension they do
+        not name takes its uncompressed choice (``Dimension.uncompressed``)."""
+        defaults = self._uncompressed
+        return self._draw(lambda name, choices: params[name] if name in params else defaults[name])
+
+    def uncompressed_params(self) -> dict[str, Any]:
+        """Every dimension at its uncompressed choice, by parameter name."""
+        return dict(self._uncompressed)
+
+    @functools.cached_property
+    def _uncompressed(self) -> dict[str, Any]:
+        return {d.name: d.uncompressed for d in self.dimensions()}
 
     def sample(self, rng: np.random.Generator | int) -> CompressionPlan:
         """Draw a plan uniformly at random; the same seed gives the same plan."""

@@ -13,15 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from torch import nn
 
-from ._plan import ActivationSwap, CompressionPlan, DistillSpec, PlanError, check_bits, check_names
-from ._registry import Registry
-
-if TYPE_CHECKING:
-    from ._space import Dimension, QuantLayer, SearchSpace
+from ._dims import Dimension, QuantLayer, SpaceView
+from ._plan import (
+    TECHNIQUES,
+    ActivationSwap,
+    CompressionPlan,
+    DistillSpec,
+    PlanError,
+    check_bits,
+    check_names,
+)
+from ._surgery import prune_model, swap_activations
 
 #: ``choose(parameter name, choices) -> the choice``: an Optuna trial's
 #: ``suggest_categorical``, or a seeded random draw
@@ -56,24 +62,24 @@ class Technique:
     scope: ClassVar[str] = "layer"
     order: ClassVar[int] = 35
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
         """The dimensions this technique adds to ``space`` that belong to no single
         quantizable layer (none by default)."""
         return []
 
-    def layer_dimensions(self, space: SearchSpace, layer: QuantLayer) -> list[Dimension]:
+    def layer_dimensions(self, space: SpaceView, layer: QuantLayer) -> list[Dimension]:
         """The dimensions this technique adds for one quantizable ``layer`` (none by
         default). A space lists them layer by layer, each layer's in technique order;
         layers in one tie share them (name them by ``layer.tie or layer.name``)."""
         return []
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         """Choose through ``choose`` (parameter names prefixed by ``prefix``) and return
         the plan fields this technique sets; a registered technique returns
         ``{"techniques": {self.name: entry}}`` (see ``entry_field``) or {} for none."""
         return {}
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         """Raise PlanError unless ``plan``'s data for this technique fits ``space``."""
 
     def read(self, entry: Any) -> Any:
@@ -84,7 +90,7 @@ class Technique:
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
         """Change ``model`` (a copy the caller owns) in place as ``plan`` says."""
 
-    def latency_variants(self, space: SearchSpace) -> dict[str, CompressionPlan]:
+    def latency_variants(self, space: SpaceView) -> dict[str, CompressionPlan]:
         """Plans that use only this technique, whose exported graphs hold between them
         every op shape the technique can give a model of ``space`` (none by default: it
         changes no shape). A latency model exports each once and prices an op of a plan
@@ -110,8 +116,6 @@ class Technique:
 #: ``Technique.latency_variant``'s answer for an op the plan removes
 DROPPED = "dropped"
 
-_TECHNIQUES: Registry[type[Technique]] = Registry("technique")
-
 
 def register_technique(name: str) -> Callable[[type[Technique]], type[Technique]]:
     """Register a ``Technique`` subclass under ``name``: configs then search it
@@ -120,18 +124,18 @@ def register_technique(name: str) -> Callable[[type[Technique]], type[Technique]
 
     def decorate(cls: type[Technique]) -> type[Technique]:
         cls.name = name
-        return _TECHNIQUES.register(name)(cls)
+        return TECHNIQUES.register(name)(cls)
 
     return decorate
 
 
 def technique_names() -> list[str]:
-    return _TECHNIQUES.names()
+    return TECHNIQUES.names()
 
 
 def build_technique(name: str, options: Mapping[str, Any] | None = None) -> Technique:
     """The technique registered as ``name``, with ``options`` (its defaults otherwise)."""
-    cls = _TECHNIQUES.get(name)
+    cls = TECHNIQUES.get(name)
     if cls is None:
         raise PlanError(f"unknown technique {name!r}; registered: {technique_names()}")
     try:
@@ -161,9 +165,7 @@ class Prune(Technique):
 
     order: ClassVar[int] = 20
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
-        from ._space import Dimension
-
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
         if len(self.ratios) < 2:
             return []
         dims, seen = [], set()
@@ -176,10 +178,14 @@ class Prune(Technique):
             detail = f"{sum(x.channels for x in members)} channels"
             if g.tie:
                 detail += f" in {len(members)} tied groups"
-            dims.append(Dimension(key, "prune ratio", self.ratios, detail))
+            dims.append(
+                Dimension(
+                    key, "prune ratio", self.ratios, detail, min(self.ratios), g.tie or g.name
+                )
+            )
         return dims
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         picked = _pick(choose, prefix, self.dimensions(space))
         ratios = {
             g.name: picked.get(_layer_key(prefix, "prune", g.name, g.tie), self.ratios[0])
@@ -187,12 +193,10 @@ class Prune(Technique):
         }
         return {"prune": {k: float(v) for k, v in ratios.items() if v > 0}}
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         check_names("prune", plan.prune, [g.name for g in space.groups])
 
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
-        from ._apply import prune_model
-
         prune_model(model, plan, context.example_inputs)
 
 
@@ -206,10 +210,10 @@ class Sparsity(Technique):
 
     order: ClassVar[int] = 30
 
-    def layer_dimensions(self, space: SearchSpace, layer: QuantLayer) -> list[Dimension]:
-        return _layer_dim(layer, "sparse", "sparsity", self.shares)
+    def layer_dimensions(self, space: SpaceView, layer: QuantLayer) -> list[Dimension]:
+        return _layer_dim(layer, "sparse", "sparsity", self.shares, min(self.shares))
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         picked = _pick(choose, prefix, _every_layer(self, space))
         shares = {
             q.name: picked.get(_layer_key(prefix, "sparse", q.name, q.tie), self.shares[0])
@@ -217,7 +221,7 @@ class Sparsity(Technique):
         }
         return {"sparsity": {k: float(v) for k, v in shares.items() if v > 0}}
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         check_names("sparsity", plan.sparsity, [q.name for q in space.layers])
 
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
@@ -242,12 +246,13 @@ class Quantize(Technique):
 
     order: ClassVar[int] = 40
 
-    def layer_dimensions(self, space: SearchSpace, layer: QuantLayer) -> list[Dimension]:
-        return _layer_dim(layer, "wbits", "weight bits", self.weight_bits) + _layer_dim(
-            layer, "abits", "activation bits", self.act_bits
+    def layer_dimensions(self, space: SpaceView, layer: QuantLayer) -> list[Dimension]:
+        weights = _layer_dim(layer, "wbits", "weight bits", self.weight_bits, max(self.weight_bits))
+        return weights + _layer_dim(
+            layer, "abits", "activation bits", self.act_bits, max(self.act_bits)
         )
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         picked = _pick(choose, prefix, _every_layer(self, space))
         out: dict[str, Any] = {}
         for kind, key, default in (
@@ -261,7 +266,7 @@ class Quantize(Technique):
             out[kind] = {k: int(v) for k, v in bits.items() if v < 32}
         return out
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         layers = {q.name: q for q in space.layers}
         for kind in ("weight_bits", "act_bits"):
             table: Mapping[str, int] = getattr(plan, kind)
@@ -307,16 +312,14 @@ class SwapActivations(Technique):
     scope: ClassVar[str] = "model"
     order: ClassVar[int] = 10
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
-        from ._space import Dimension
-
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
         return [Dimension("activation", "activation swap", ("keep", *self.to), self.replace)]
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         to = choose("activation", ("keep", *self.to))
         return {"activation": None if to == "keep" else ActivationSwap(self.replace, to)}
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         if plan.activation is None:
             return
         if plan.activation.replace != self.replace:
@@ -328,8 +331,6 @@ class SwapActivations(Technique):
 
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
         if plan.activation is not None and plan.student is None:
-            from ._apply import swap_activations
-
             swap_activations(model, plan.activation)
 
 
@@ -354,9 +355,8 @@ class Distill(Technique):
         for a in self.alphas:
             DistillSpec(alpha=a)
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
-        from ._space import Dimension
-
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
+        # on first: the recipe a plan is fine-tuned with where it says nothing
         on_off = [Dimension("distill", "distillation on/off", (True, False))]
         return [
             *(on_off if self.optional else []),
@@ -364,7 +364,7 @@ class Distill(Technique):
             Dimension("distill.alpha", "alpha", self.alphas),
         ]
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         if self.optional and not choose("distill", (True, False)):
             return {"distill": None}
         return {
@@ -381,16 +381,19 @@ def _quantizable(modules: Mapping[str, nn.Module]) -> list[str]:
     return [n for n, m in modules.items() if n and channel_axis(m) is not None]
 
 
-def _layer_dim(layer: QuantLayer, key: str, kind: str, choices: tuple[Any, ...]) -> list[Dimension]:
+def _layer_dim(
+    layer: QuantLayer, key: str, kind: str, choices: tuple[Any, ...], uncompressed: Any
+) -> list[Dimension]:
     """The layer's (or its tie's) dimension, if there is a choice to make."""
-    from ._space import Dimension
-
     if len(choices) < 2:
         return []
-    return [Dimension(_layer_key("", key, layer.name, layer.tie), kind, tuple(choices), layer.kind)]
+    name = _layer_key("", key, layer.name, layer.tie)
+    return [
+        Dimension(name, kind, tuple(choices), layer.kind, uncompressed, layer.tie or layer.name)
+    ]
 
 
-def _every_layer(technique: Technique, space: SearchSpace) -> list[Dimension]:
+def _every_layer(technique: Technique, space: SpaceView) -> list[Dimension]:
     """``technique``'s dimensions over every layer of ``space``, once per tie."""
     seen: dict[str, Dimension] = {}
     for q in space.layers:

@@ -19,21 +19,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from ._dims import Dimension, SpaceView
 from ._export import onnx_module_name
 from ._plan import CompressionPlan, PlanError, check_ratio
 from ._techniques import DROPPED, ApplyContext, Chooser, Technique, register_technique
 from ._transformer import EncoderLayer, keep_ffn, keep_heads
 
-if TYPE_CHECKING:
-    from ._space import Dimension, SearchSpace
 
-
-def encoder_layers(space: SearchSpace) -> list[str]:
+def encoder_layers(space: SpaceView) -> list[str]:
     """Names of the encoder layers in ``space``: the parents of ``*.query`` Linears that
     have an ``ffn_in`` sibling (how ``EncoderLayer`` names its parts)."""
     names = {q.name for q in space.layers}
@@ -100,18 +98,34 @@ class TransformerPrune(Technique):
             for r in values:
                 check_ratio(field, r)  # below 1: layer-drop removes a whole layer
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
-        from ._space import Dimension
-
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
         dims = []
         for name in encoder_layers(space):
             if len(self.head_ratios) > 1:
-                dims.append(Dimension(f"heads.{name}", "head prune ratio", self.head_ratios))
+                dims.append(
+                    Dimension(
+                        f"heads.{name}",
+                        "head prune ratio",
+                        self.head_ratios,
+                        "",
+                        min(self.head_ratios),
+                        name,
+                    )
+                )
             if len(self.ffn_ratios) > 1:
-                dims.append(Dimension(f"ffn.{name}", "FFN prune ratio", self.ffn_ratios))
+                dims.append(
+                    Dimension(
+                        f"ffn.{name}",
+                        "FFN prune ratio",
+                        self.ffn_ratios,
+                        "",
+                        min(self.ffn_ratios),
+                        name,
+                    )
+                )
         return dims
 
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         entry = {}
         for name in encoder_layers(space):
             ratios = {
@@ -144,7 +158,7 @@ class TransformerPrune(Technique):
             out[str(name)] = {k: float(v) for k, v in ratios.items()}
         return out
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         layers = set(encoder_layers(space))
         for name in self.entry(plan) or {}:
             if name not in layers:
@@ -153,7 +167,7 @@ class TransformerPrune(Technique):
                     f"the space has {sorted(layers)}"
                 )
 
-    def latency_variants(self, space: SearchSpace) -> dict[str, CompressionPlan]:
+    def latency_variants(self, space: SpaceView) -> dict[str, CompressionPlan]:
         """Every encoder layer at one head ratio, and every one at one FFN ratio."""
         layers = encoder_layers(space)
         out = {}
@@ -203,12 +217,13 @@ class LayerDrop(Technique):
     def __post_init__(self) -> None:
         check_ratio("max_share", self.max_share)
 
-    def dimensions(self, space: SearchSpace) -> list[Dimension]:
-        from ._space import Dimension
+    def dimensions(self, space: SpaceView) -> list[Dimension]:
+        return [
+            Dimension(f"drop.{n}", "drop layer", (False, True), layer=n)
+            for n in encoder_layers(space)
+        ]
 
-        return [Dimension(f"drop.{n}", "drop layer", (False, True)) for n in encoder_layers(space)]
-
-    def draw(self, space: SearchSpace, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
+    def draw(self, space: SpaceView, choose: Chooser, prefix: str = "") -> Mapping[str, Any]:
         layers = encoder_layers(space)
         dropped = [n for n in layers if choose(f"{prefix}drop.{n}", (False, True))]
         most = int(len(layers) * self.max_share)
@@ -219,7 +234,7 @@ class LayerDrop(Technique):
             raise PlanError(f"techniques.layer-drop: a list of encoder layer names, got {entry!r}")
         return entry
 
-    def validate(self, space: SearchSpace, plan: CompressionPlan) -> None:
+    def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         layers = encoder_layers(space)
         dropped = self.entry(plan) or []
         for name in dropped:

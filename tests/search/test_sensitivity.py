@@ -11,7 +11,7 @@ from frontier.search.cli import main
 
 def test_every_per_layer_choice_is_scored_alone_and_cached(write_config, workdir, capsys) -> None:
     from frontier.search import Evaluation, load_config, sensitivity
-    from frontier.search._sensitivity import choices
+    from frontier.search import sensitivity_choices as choices
 
     evaluation = Evaluation(load_config(write_config()))
     wanted = choices(evaluation.space)
@@ -32,6 +32,45 @@ def test_every_per_layer_choice_is_scored_alone_and_cached(write_config, workdir
     # cached: a second call measures nothing
     evaluation.evaluate = None  # would raise if called
     assert sensitivity(evaluation, rung=1, cache=cache) == json.loads(json.dumps(rows))
+
+
+def test_any_technique_s_per_layer_choices_are_scored_without_name_rules() -> None:
+    """Sparsity and a technique registered here belong to layers
+    (``Dimension.layer``): sensitivity scores them with pruning and bit widths."""
+    from dataclasses import dataclass
+
+    import torch
+
+    from frontier.search import sensitivity_choices
+    from frontier.spaces import Dimension, SpaceOptions, Technique, discover, register_technique
+
+    @register_technique("scale-test")
+    @dataclass(frozen=True)
+    class Scale(Technique):
+        factors: tuple[float, ...] = (1.0, 0.5)
+
+        def layer_dimensions(self, space, layer):
+            name = f"scale.{layer.name}"
+            return [Dimension(name, "scale", self.factors, uncompressed=1.0, layer=layer.name)]
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    options = SpaceOptions(
+        prune_ratios=(0.0,),
+        weight_bits=(32,),
+        act_bits=(32,),
+        sparsity=(0.0, 0.5),
+        techniques={"scale-test": {}},
+    )
+    space = discover(model, torch.randn(1, 4), options)
+    assert sensitivity_choices(space) == [
+        ("sparse.0", 0.5),
+        ("scale.0", 0.5),
+        ("sparse.2", 0.5),
+        ("scale.2", 0.5),
+    ]
+    # a plan from the parameters it names, the rest uncompressed
+    plan = space.plan_of({"scale.2": 0.5})
+    assert plan.sparsity == {} and plan.techniques == {}  # Scale draws nothing itself
 
 
 def test_cli_writes_the_table_and_plot(write_config, workdir, capsys) -> None:
