@@ -9,6 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ._log import logger
 from ._view import SearchView
 
 if TYPE_CHECKING:
@@ -101,13 +102,11 @@ class ProgressLines(Callback):
 
     def on_generation(self, search: SearchView, final: bool) -> None:
         failed = sum(1 for r in search.records.values() if r.state == "failed")
-        print(
-            f"frontier: generation {search.generation}: {search.done}/"
-            f"{search.config.search.trials} trials ({failed} failed), {_status(search)}, "
-            f"{time.monotonic() - self._started:.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
+        logger.info(
+            "generation %d: %d/%d trials (%d failed), %s, %.0f s",
+            search.generation, search.done, search.config.search.trials, failed,
+            _status(search), time.monotonic() - self._started,
+        )  # fmt: skip
 
 
 def progress_callbacks(progress: bool | str) -> list[Callback]:
@@ -141,10 +140,7 @@ class Emissions(Callback):
             logging.getLogger("codecarbon").setLevel(logging.ERROR)
             self._tracker.start()
         except Exception as err:
-            print(
-                f"warning: CodeCarbon unavailable ({err}); no search energy logged",
-                file=sys.stderr,
-            )
+            logger.warning("CodeCarbon unavailable (%s); no search energy logged", err)
 
     def on_finish(self, search: SearchView, status: str) -> None:
         if self._tracker is None:

@@ -1,10 +1,10 @@
 """The search loop: ask the sampler, submit to a backend, tell the study, notify the
 callbacks. Storage (``_storage``), the front (``_front``), promotion (``_promotion``),
-MLflow (``_mlflow``) and progress (``_callbacks``) live in their own modules."""
+MLflow (``_mlflow``), progress (``_callbacks``) and timing (``_timing``) live in their
+own modules; ``run()`` assembles the default callbacks."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,50 +12,46 @@ from typing import Any
 
 import pandas as pd
 
-from ._anchors import anchor_params
-from ._backends import Backend, Job, build_backend, check_ray_address, ray_address
+from . import _setup as setup
+from ._backends import Backend, Job, build_backend
 from ._callbacks import Callback, Emissions, progress_callbacks
 from ._config import Config, load_config
-from ._evaluation import ACCURACY, Evaluation, TrialResult
+from ._evaluation import ACCURACY, TrialResult
 from ._front import Front, JobExport, SearchResult, TrialRecord, plan_key
+from ._log import logger, show_messages
 from ._mlflow import MlflowCallback
 from ._pareto import Objective
 from ._promotion import Promotion, SpreadPromotion
-from ._samplers import ask_unique, build_sampler
-from ._storage import (
-    BASELINE_ATTR,
-    GENERATION_ATTR,
-    PROMOTION_ATTR,
-    SearchError,
-    StudyStore,
-    default_storage,
-    restore,
-    search_folders,
-    writable,
-)
+from ._samplers import ask_unique
+from ._storage import GENERATION_ATTR, PROMOTION_ATTR, RUN_ATTR, StudyStore, restore
+from ._timing import Timing
 from ._tracking import no_telemetry
+from ._view import SearchAware
 
-#: the per-layer sensitivity pass scores each choice at the first rung while there are
-#: at most this share of the trial budget's choices, else at the proxy fidelity
-SENSITIVITY_SHARE = 0.2
+
+def default_callbacks(config: Config, progress: bool | str = True) -> list[Callback]:
+    """The search's own energy (CodeCarbon), MLflow tracking and progress output."""
+    t = config.tracking
+    name, export = t.experiment or config.name, t.export_front
+    mlflow = MlflowCallback(uri=t.uri, experiment=name, export_front=export)
+    return [Emissions(config.carbon.country_iso), mlflow, *progress_callbacks(progress)]
 
 
 class Search:
     """One search: build it from a config, then ``run()``.
 
     Args:
-        config: the config (a ``Config``, a path or a built-in name).
+        config: a ``Config``, a path or a built-in name.
         trials, backend, address, workers: override the config's values.
         resume: continue the latest study of this config instead of starting a new one.
-        progress: True: a progress bar on a terminal, a line per generation otherwise;
-            ``"lines"``: always lines; False: nothing.
-        store: the DeviceStore for device tables.
-        initial: parameter sets (``space.dimensions()`` names) tried first, in order,
-            before the sampler proposes its own (a new study only).
-        sampler: an Optuna sampler object to use instead of ``search.sampler``.
-        callbacks: more ``Callback`` objects, called after the built-in ones.
-        promotion: the multi-fidelity strategy (default ``SpreadPromotion`` with the
-            config's ``search.fidelity.promote`` share).
+        progress: True: a bar on a terminal, else a line per generation; ``"lines"``;
+            False: none. store: the DeviceStore for device tables.
+        initial: parameter sets tried first, in order (a new study only).
+        sampler: an Optuna sampler object instead of ``search.sampler`` (one that is
+            ``SearchAware`` is bound to the search before the first trial).
+        callbacks: more ``Callback`` objects, after ``default_callbacks`` (unless
+            ``defaults`` is False). promotion: the multi-fidelity strategy (default
+            ``SpreadPromotion`` with the config's ``search.fidelity``).
     """
 
     def __init__(
@@ -72,58 +68,33 @@ class Search:
         initial: list[dict[str, Any]] | None = None,
         sampler: Any = None,
         callbacks: Sequence[Callback] = (),
+        defaults: bool = True,
         promotion: Promotion | None = None,
     ) -> None:
         no_telemetry()
         if not isinstance(config, Config):
             config = load_config(config)
-        self.config = config.override(
-            {
-                "backend.kind": backend or ("ray" if address else None),
-                "backend.address": address,
-                "backend.workers": workers,
-                "search.trials": trials,
-            }
-        )
-        self.resume = resume
-        self.store = store
-        self.initial = list(initial or [])
+        kind = backend or ("ray" if address else None)
+        over = {"backend.kind": kind, "backend.address": address, "backend.workers": workers}
+        self.config = config.override({**over, "search.trials": trials})
+        self.resume, self.store, self.initial = resume, store, list(initial or [])
         self.sampler = sampler
         self.sampler_name = config.search.sampler if sampler is None else type(sampler).__name__
-        fidelity = self.config.search.fidelity
+        f = self.config.search.fidelity
         self.promotion = promotion or SpreadPromotion(
-            share=fidelity.promote,
-            slack=fidelity.slack,
-            toward=fidelity.toward,
-            adapt=fidelity.adapt,
+            share=f.promote, slack=f.slack, toward=f.toward, adapt=f.adapt
         )
-        self.tracking = MlflowCallback(
-            uri=self.config.tracking.uri,
-            experiment=self.config.tracking.experiment or self.config.name,
-            export_front=self.config.tracking.export_front,
-        )
-        self.callbacks: list[Callback] = [
-            Emissions(self.config.carbon.country_iso),
-            self.tracking,
-            *progress_callbacks(progress),
-            *callbacks,
-        ]
+        own = default_callbacks(self.config, progress) if defaults else []
+        self.callbacks: list[Callback] = [*own, *callbacks]
+        show_messages()
         self.records: dict[int, TrialRecord] = {}
         self.constraints = self.config.parsed_constraints()
         #: numbers that describe the whole search, logged at its end
         self.summary: dict[str, float] = {}
-        #: per-layer sensitivity rows (``search.sensitivity``), else empty
+        #: per-layer sensitivity rows (``search.sensitivity``) and their fidelity
         self.sensitivity: list[dict[str, Any]] = []
-        #: the fidelity the sensitivities were measured at
         self.sensitivity_fidelity = ""
-        #: wall seconds of the search loop, and of the evaluations inside it (for
-        #: workers: their own time); the difference is the engine's overhead
-        self.loop_s = 0.0
-        self.eval_s = 0.0
-        #: seconds the jobs spent exporting their scored models (not in ``eval_s``)
-        self.export_s = 0.0
-        #: seconds of each evaluation this process finished, by rung
-        self.rung_s: dict[int, list[float]] = {}
+        self.timing = Timing()
         self.generation = 0
         self._exhausted = False
         self._held: StudyStore | None = None  # the storage whose lock this search holds
@@ -144,133 +115,53 @@ class Search:
 
     # -- set-up -----------------------------------------------------------------------------
     def _open(self) -> None:
-        cfg = self.config
-        self.study_store = self._held = StudyStore(cfg.storage or default_storage(cfg))
-        directions = [o.direction for o in self.objectives]
-        self.study = self.study_store.open(cfg.name, directions, self.sampler, resume=self.resume)
+        self.study_store, self.study = setup.open_study(
+            self.config, self.evaluation, self.sampler, self.resume, self.initial
+        )
+        self._held = self.study_store
         self.study_name = self.study.study_name
-        if self.sampler is None:  # reseeded on resume: the same seed would replay old draws
-            s = cfg.search
-            seed = s.seed + len(self.study.trials)
-            self.study.sampler = build_sampler(s.sampler, population=s.population, seed=seed)
-        if not self.resume:
-            initial = list(self.initial)
-            if cfg.search.anchors:
-                initial += [p for p in anchor_params(self.evaluation.space) if p not in initial]
-            for params in initial[: cfg.search.trials]:
-                self.study.enqueue_trial(params)
         self.records = restore(self.study)
-        if BASELINE_ATTR not in self.study.user_attrs:
-            self.study.set_user_attr(BASELINE_ATTR, self.evaluation.baseline())
-        self.baseline: dict[str, float] = self.study.user_attrs[BASELINE_ATTR]
-        try:
-            resolved = [c.resolve(self.baseline) for c in self.constraints]
-        except ValueError as err:
-            raise SearchError(str(err)) from None
-        shown = ", ".join(f"{k} {v:.6g}" for k, v in self.baseline.items())
-        print(f"frontier: baseline (the uncompressed model): {shown}", file=sys.stderr)
-        for was, now in zip(self.constraints, resolved, strict=True):
-            if str(was) != str(now):
-                print(f"frontier: constraint {was} -> {now}", file=sys.stderr)
-        self.constraints = resolved
+        self.baseline, self.constraints = setup.baseline(
+            self.study, self.evaluation, self.constraints
+        )
         self.front = Front(self.records, self.objectives, self.constraints)
         self.promotion.start(self.baseline)
         self.promotion.restore(self.study.user_attrs.get(PROMOTION_ATTR, {}))
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
 
-    def _sensitivity(self) -> None:
-        """Per-layer sensitivity at the first rung, cached (a resumed search reads it)."""
-        from frontier.experiments import cache_dir
-
-        from ._sensitivity import choices, sensitivity
-
-        def progress(done: int, total: int, seconds: float) -> None:
-            if done == total or done % 20 == 0:
-                print(f"frontier: sensitivity {done}/{total} ({seconds:.0f} s)", file=sys.stderr)
-
-        # each choice alone at the first rung while that is at most a fifth of the trial
-        # budget; else without fine-tuning (a large model has hundreds of choices)
-        count = len(choices(self.evaluation.space)) + 1
-        rung: int | str = 0
-        if (
-            self.evaluation.rungs[0] != "proxy"
-            and count > SENSITIVITY_SHARE * self.config.search.trials
-        ):
-            rung = "proxy"
-            print(
-                f"frontier: sensitivity of {count} choices at the proxy fidelity (more than "
-                f"{SENSITIVITY_SHARE:.0%} of {self.config.search.trials} trials)",
-                file=sys.stderr,
-            )
-        self.sensitivity_fidelity = self.evaluation.fidelity(rung)
-        start = time.perf_counter()
-        self.sensitivity = sensitivity(
-            self.evaluation,
-            rung=rung,
-            cache=cache_dir() / f"sensitivity-{self.config.name}.json",
-            progress=progress,
-        )
-        self.summary["sensitivity_s"] = time.perf_counter() - start
-
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> SearchResult:
         """Run the search to its trial budget; returns its result."""
         cfg = self.config
-        for what, folder in search_folders(cfg).items():
-            writable(folder, what)
-        address = ray_address(cfg.backend.address) if cfg.backend.kind == "ray" else None
-        if address:  # before any long work; the backend checks again when it joins
-            check_ray_address(address)
-        print(f"frontier: building the {cfg.name} task and space ...", file=sys.stderr)
-        # the teacher is checked before the device tables are measured (a new study)
-        self.evaluation = Evaluation(cfg, store=self.store, check_teacher=not self.resume)
-        for w in self.evaluation.warnings:
-            print(f"warning: {w}", file=sys.stderr)
-        for note in self.evaluation.notes:
-            print(f"note: {note}", file=sys.stderr)
+        self.evaluation = setup.prepare(cfg, self.store, self.resume)
         self.objectives: list[Objective] = self.evaluation.objectives()
         try:
             self._open()
-            ev = self.evaluation
-            if ACCURACY in ev.metrics and ev.rungs != ["proxy"]:
-                # distillation's soft targets, once here with every core, before workers
-                # start (a task caches them; each worker would otherwise make its own)
-                ev.context.soft_teacher  # noqa: B018
+            setup.warm_up(self.evaluation)
             backend = build_backend(cfg, self.evaluation)
-            print(
-                f"frontier: study {self.study_name!r} in {self.study_store.url}, {self.done} "
-                f"of {cfg.search.trials} trials done, backend {backend.name} "
-                f"({backend.slots} at a time), MLflow at {cfg.tracking.uri}",
-                file=sys.stderr,
-            )
-            sampler = self.study.sampler
-            if cfg.search.sensitivity or getattr(sampler, "wants_sensitivity", False):
-                self._sensitivity()
-            if hasattr(sampler, "bind"):  # a sampler that screens plans on what it knows
-                sampler.bind(self)
+            logger.info(
+                "study %r in %s, %d of %d trials done, backend %s (%d at a time), MLflow at %s",
+                self.study_name, self.study_store.url, self.done, cfg.search.trials,
+                backend.name, backend.slots, cfg.tracking.uri,
+            )  # fmt: skip
+            setup.ready_sampler(self)
             self._notify("on_start")
             self.study_store.flush()
-            status = "FAILED"
-            started = time.perf_counter()
+            status, started = "FAILED", time.perf_counter()
             try:
                 self._loop(backend)
                 status = "FINISHED"
             except KeyboardInterrupt:
                 status = "KILLED"
-                print("\nfrontier: interrupted; continue with --resume", file=sys.stderr)
+                logger.info("interrupted; continue with --resume")
                 raise
             finally:
-                self.loop_s = time.perf_counter() - started
+                self.timing.loop_s = time.perf_counter() - started
                 self.study_store.flush()
                 backend.close()
-                self.summary.update(
-                    search_loop_s=self.loop_s,
-                    evaluation_s=self.eval_s,
-                    job_export_s=self.export_s,
-                    failed_trials=sum(1 for r in self.records.values() if r.state == "failed"),
-                    **promotion_savings(self.rung_s),
-                )
-                if hasattr(self.study.sampler, "propose_s"):  # time spent screening plans
+                failed = sum(1 for r in self.records.values() if r.state == "failed")
+                self.summary.update(failed_trials=failed, **self.timing.summary())
+                if isinstance(self.study.sampler, SearchAware):  # time spent screening plans
                     self.summary["sampler_propose_s"] = self.study.sampler.propose_s
                 self._notify("on_finish", status)
         finally:
@@ -327,51 +218,43 @@ class Search:
     def _finish_trial(self, trial: Any, job: Job, outcome: TrialResult | BaseException) -> None:
         rec = self.study_store.tell(self.study, trial, job.plan, outcome, self.front)
         if rec.state == "failed":
-            print(
-                f"frontier: trial {rec.number} failed: {rec.error.splitlines()[0]}", file=sys.stderr
-            )
-        else:
-            self.eval_s += getattr(outcome, "wall_s", 0.0)
-            self.rung_s.setdefault(0, []).append(getattr(outcome, "wall_s", 0.0))
-            if isinstance(outcome, TrialResult):
-                self._keep_export(rec, 0, outcome)
+            logger.info("trial %d failed: %s", rec.number, rec.error.splitlines()[0])
+        elif isinstance(outcome, TrialResult):
+            self._measured(rec, 0, outcome)
         self.records[rec.number] = rec
         self.front.changed()
         self._notify("on_trial", rec)
-
-    def _keep_export(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
-        """The model ``outcome``'s job exported, kept on ``rec`` for the MLflow callback."""
-        if outcome.onnx is not None or outcome.export_error:
-            rec.exports[rung] = JobExport(
-                outcome.onnx, outcome.onnx_precision, outcome.export_error
-            )
-            self.export_s += outcome.export_s
 
     def _finish_promotion(
         self, number: int, rung: int, outcome: TrialResult | BaseException
     ) -> None:
         rec = self.records[number]
         if isinstance(outcome, BaseException):
-            print(
-                f"frontier: promoting trial {number} to rung {rung} failed: {outcome}",
-                file=sys.stderr,
-            )
+            logger.info("promoting trial %d to rung %d failed: %s", number, rung, outcome)
             rec.rungs[rung] = {}  # counts as tried; keeps the lower rung's values
         else:
             rec.rungs[rung] = dict(outcome.values)
-            self._keep_export(rec, rung, outcome)
-            self.eval_s += outcome.wall_s
-            self.rung_s.setdefault(rung, []).append(outcome.wall_s)
+            self._measured(rec, rung, outcome)
         self.front.changed()
         self.study_store.save_rungs(self.study, rec)
         self._notify("on_promotion", rec, rung)
+
+    def _measured(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
+        """Time ``outcome``; keep the model its job exported on ``rec`` for the callback
+        that exports the front."""
+        exported = outcome.onnx is not None or bool(outcome.export_error)
+        self.timing.add(rung, outcome.wall_s, outcome.export_s if exported else 0.0)
+        if exported:
+            rec.exports[rung] = JobExport(
+                outcome.onnx, outcome.onnx_precision, outcome.export_error
+            )
 
     def _generation(self, final: bool = False) -> list[tuple[int, int]]:
         promotions: list[tuple[int, int]] = []
         if ACCURACY in self.evaluation.metrics and len(self.evaluation.rungs) > 1:
             promotions = self.promotion.select(self.front, len(self.evaluation.rungs))
             for note in self.promotion.take_notes():
-                print(f"frontier: promotion: {note}", file=sys.stderr)
+                logger.info("promotion: %s", note)
             self.study.set_user_attr(PROMOTION_ATTR, self.promotion.state())
         if promotions and final:
             return promotions
@@ -385,37 +268,15 @@ class Search:
     def pareto_frame(self) -> pd.DataFrame:
         return self.front.frame(self.evaluation.rungs, self.evaluation.metrics)
 
-    def closest_miss(self) -> str:
-        """See ``Front.closest_miss``: '' unless no completed plan was feasible."""
-        return self.front.closest_miss()
-
-    def trials_frame(self) -> pd.DataFrame:
-        return self.front.trials_frame(self.evaluation.rungs)
-
     def result(self) -> SearchResult:
         return SearchResult(
             pareto=self.pareto_frame(),
             study=self.study,
-            mlflow_run_id=self.tracking.parent,
+            mlflow_run_id=str(self.study.user_attrs.get(RUN_ATTR, "")),
             study_name=self.study_name,
             hypervolume=self.hypervolume,
-            trials=self.trials_frame(),
+            trials=self.front.trials_frame(self.evaluation.rungs),
         )
-
-
-def promotion_savings(rung_s: dict[int, list[float]]) -> dict[str, float]:
-    """What multi-fidelity promotion saved, from the seconds of each evaluation by rung:
-    ``top_rung_only_s`` estimates scoring every trial at the highest rung reached (the
-    trials times that rung's mean evaluation), ``promotion_saved_s`` is that minus what
-    all evaluations took. Empty with one rung, or when no trial went up."""
-    top = max(rung_s, default=0)
-    if top == 0 or not rung_s.get(0) or not rung_s[top]:
-        return {}
-    trials = len(rung_s[0])
-    estimate = trials * sum(rung_s[top]) / len(rung_s[top])
-    spent = sum(sum(v) for v in rung_s.values())
-    out = {f"rung{r}_evaluations": float(len(v)) for r, v in sorted(rung_s.items())}
-    return {**out, "top_rung_only_s": estimate, "promotion_saved_s": estimate - spent}
 
 
 def run(

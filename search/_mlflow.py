@@ -8,7 +8,6 @@ tracking store; torch work (exporting a front member) stays on the driver's thre
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,15 +17,14 @@ import numpy as np
 import pandas as pd
 
 from ._callbacks import Callback
+from ._log import logger
 from ._pareto import REFERENCE, Objective
+from ._storage import RUN_ATTR
 from ._tracking import MODEL_FILE, PLAN_FILE, Tag, Tracker
 from ._view import SearchView
 
 if TYPE_CHECKING:
     from ._front import TrialRecord
-
-#: the study attribute that remembers the parent run, so a resumed search reopens it
-RUN_ATTR = "frontier.mlflow_run_id"
 
 
 class _Background:
@@ -53,7 +51,7 @@ class _Background:
             elif f.exception() is not None:
                 err = f"{type(f.exception()).__name__}: {f.exception()}"
                 if not self.errors:
-                    print(f"warning: MLflow write failed: {err}", file=sys.stderr)
+                    logger.warning("MLflow write failed: %s", err)
                 self.errors.append(err)
         self._futures = pending
 
@@ -302,7 +300,7 @@ class MlflowCallback(Callback):
         except Exception as err:  # the search goes on; the run says why it has no model
             shutil.rmtree(tmp, ignore_errors=True)
             error = str(err) if job is not None and job.error else f"{type(err).__name__}: {err}"
-            print(f"frontier: trial {rec.number}: ONNX export failed ({error})", file=sys.stderr)
+            logger.info("trial %d: ONNX export failed (%s)", rec.number, error)
             self._tag_later(rec, {Tag.EXPORT_ERROR: error[:4000]})
             return
         (tmp / PLAN_FILE).write_text(search.evaluation.plan(rec.plan).to_json())

@@ -4,12 +4,12 @@ instead; ``register_sampler`` adds a name."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from frontier.spaces import SearchSpace
 
 from ._front import plan_key
+from ._log import logger
 from ._registries import SAMPLERS, register_sampler, sampler_names
 from ._surrogate import SurrogateSampler
 
@@ -87,11 +87,10 @@ def ask_unique(
                 return trial, plan
             trial.set_user_attr(DUPLICATE_ATTR, key)
             study.tell(trial, state=TrialState.PRUNED)
-        print(
-            f"frontier: the space seems exhausted: {MAX_RANDOM_DRAWS} random plans were all "
-            f"tried already ({len(seen)} distinct plans)",
-            file=sys.stderr,
-        )
+        logger.info(
+            "the space seems exhausted: %d random plans were all tried already (%d distinct "
+            "plans)", MAX_RANDOM_DRAWS, len(seen),
+        )  # fmt: skip
         return None
     finally:
         study.sampler = sampler

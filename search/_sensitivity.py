@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ._log import logger
 
 
 def choices(space: Any) -> list[tuple[str, Any]]:
@@ -29,6 +30,37 @@ def choices(space: Any) -> list[tuple[str, Any]]:
             continue  # a whole-model choice, or a student's own layers: not the model's
         out += [(dim.name, c) for c in dim.choices if c != dim.uncompressed]
     return out
+
+
+#: a search's sensitivity pass scores each choice at the first rung while there are at
+#: most this share of its trial budget's choices, else at the proxy fidelity
+SEARCH_SHARE = 0.2
+
+
+def for_search(evaluation: Any, name: str, trials: int) -> tuple[list[dict[str, Any]], str]:
+    """A search's per-layer sensitivity: ``(rows, fidelity)``, cached by config ``name``
+    (a resumed search reads it). Each choice alone at the first rung while that is at
+    most ``SEARCH_SHARE`` of ``trials``; else without fine-tuning (a large model has
+    hundreds of choices)."""
+    from frontier.experiments import cache_dir
+
+    def progress(done: int, total: int, seconds: float) -> None:
+        if done == total or done % 20 == 0:
+            logger.info("sensitivity %d/%d (%.0f s)", done, total, seconds)
+
+    count = len(choices(evaluation.space)) + 1
+    rung: int | str = 0
+    if evaluation.rungs[0] != "proxy" and count > SEARCH_SHARE * trials:
+        rung = "proxy"
+        logger.info(
+            "sensitivity of %d choices at the proxy fidelity (more than %.0f%% of %d trials)",
+            count,
+            SEARCH_SHARE * 100,
+            trials,
+        )
+    cache = cache_dir() / f"sensitivity-{name}.json"
+    rows = sensitivity(evaluation, rung=rung, cache=cache, progress=progress)
+    return rows, evaluation.fidelity(rung)
 
 
 def cache_key(evaluation: Any, rung: int | str) -> str:
@@ -104,7 +136,7 @@ def _read(cache: Path | None) -> dict[str, Any]:
     try:
         data = json.loads(cache.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
-        print(f"frontier: {cache} is not valid JSON; measuring again", file=sys.stderr)
+        logger.info("%s is not valid JSON; measuring again", cache)
         return {}
     return data if isinstance(data, dict) else {}
 

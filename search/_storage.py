@@ -17,6 +17,7 @@ INTERRUPTED_ATTR = "frontier.interrupted"
 GENERATION_ATTR = "frontier.generation"
 PROMOTION_ATTR = "frontier.promotion"  # what the promotion strategy learnt
 RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
+RUN_ATTR = "frontier.mlflow_run_id"  # the MLflow parent run, reopened on resume
 
 
 class SearchError(RuntimeError):

@@ -33,6 +33,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 
 from ._evaluation import ACCURACY
 from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
+from ._view import SearchAware, SearchView
 
 
 class AdditiveSurrogate:
@@ -130,7 +131,7 @@ def improvement(front: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     return out
 
 
-class SurrogateSampler(BaseSampler):
+class SurrogateSampler(BaseSampler, SearchAware):
     """Screens ``candidates`` plans per trial on a surrogate, computes the costs of the
     best ``finalists`` exactly and proposes the best of those (see the module's text).
 
@@ -169,7 +170,7 @@ class SurrogateSampler(BaseSampler):
         self.propose_s = 0.0
 
     # -- the search binds it -------------------------------------------------------------
-    def bind(self, search: Any) -> None:
+    def bind(self, search: SearchView) -> None:
         """Use ``search``'s evaluation, records, objectives, constraints, baseline and
         sensitivity rows (the engine calls this before the first trial)."""
         self._search = search

@@ -364,7 +364,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     )
     saved = search.summary
     if "promotion_saved_s" in saved:
-        top = max(search.rung_s)
+        top = max(search.timing.rung_s)
         print(
             f"promotion: {saved['rung0_evaluations']:.0f} trials, "
             f"{saved[f'rung{top}_evaluations']:.0f} measured at the {search.evaluation.rungs[top]} "
@@ -372,7 +372,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             f"of evaluation, this search's took {saved['evaluation_s']:.0f} s "
             f"(saved about {saved['promotion_saved_s']:.0f} s)"
         )
-    miss = search.closest_miss()
+    miss = search.front.closest_miss()
     if miss:
         print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")
     for note in search.evaluation.notes:

@@ -1,0 +1,126 @@
+"""What a search does before its loop: checks that fail fast, the evaluation (task,
+space, evaluators, device tables), the study with its first trials, and the baseline
+that relative constraints resolve against."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._anchors import anchor_params
+from ._backends import check_ray_address, ray_address
+from ._config import Config, Constraint
+from ._evaluation import ACCURACY, Evaluation
+from ._log import logger
+from ._samplers import build_sampler
+from ._sensitivity import for_search
+from ._storage import (
+    BASELINE_ATTR,
+    SearchError,
+    StudyStore,
+    default_storage,
+    search_folders,
+    writable,
+)
+from ._view import SearchAware
+
+
+def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
+    """Check the folders and the Ray address, then build the evaluation; the teacher is
+    checked before device tables are measured (a new study only)."""
+    for what, folder in search_folders(config).items():
+        writable(folder, what)
+    address = ray_address(config.backend.address) if config.backend.kind == "ray" else None
+    if address:  # before any long work; the backend checks again when it joins
+        check_ray_address(address)
+    logger.info("building the %s task and space ...", config.name)
+    evaluation = Evaluation(config, store=store, check_teacher=not resume)
+    for w in evaluation.warnings:
+        logger.warning(w)
+    for note in evaluation.notes:
+        logger.info("note: %s", note)
+    return evaluation
+
+
+def open_study(
+    config: Config,
+    evaluation: Evaluation,
+    sampler: Any,
+    resume: bool,
+    initial: list[dict[str, Any]],
+) -> tuple[StudyStore, Any]:
+    """The storage, locked for this driver, and the study in it (new, or the latest one
+    on resume) with its sampler, seeded; a new study has ``initial`` and the anchors
+    (``search.anchors``) queued first."""
+    study_store = StudyStore(config.storage or default_storage(config))
+    try:
+        return study_store, _study(config, study_store, evaluation, sampler, resume, initial)
+    except BaseException:
+        study_store.close()
+        raise
+
+
+def _study(
+    config: Config,
+    study_store: StudyStore,
+    evaluation: Evaluation,
+    sampler: Any,
+    resume: bool,
+    initial: list[dict[str, Any]],
+) -> Any:
+    s = config.search
+    directions = [o.direction for o in evaluation.objectives()]
+    study = study_store.open(config.name, directions, sampler, resume=resume)
+    if sampler is None:  # reseeded on resume: the same seed would replay old draws
+        seed = s.seed + len(study.trials)
+        study.sampler = build_sampler(s.sampler, population=s.population, seed=seed)
+    if not resume:
+        queued = list(initial)
+        if s.anchors:
+            queued += [p for p in anchor_params(evaluation.space) if p not in queued]
+        for params in queued[: s.trials]:
+            study.enqueue_trial(params)
+    return study
+
+
+def baseline(
+    study: Any, evaluation: Evaluation, constraints: list[Constraint]
+) -> tuple[dict[str, float], list[Constraint]]:
+    """The uncompressed model's values (measured once, kept in the study) and the
+    constraints resolved against them; both printed."""
+    if BASELINE_ATTR not in study.user_attrs:
+        study.set_user_attr(BASELINE_ATTR, evaluation.baseline())
+    values: dict[str, float] = study.user_attrs[BASELINE_ATTR]
+    try:
+        resolved = [c.resolve(values) for c in constraints]
+    except ValueError as err:
+        raise SearchError(str(err)) from None
+    shown = ", ".join(f"{k} {v:.6g}" for k, v in values.items())
+    logger.info("baseline (the uncompressed model): %s", shown)
+    for was, now in zip(constraints, resolved, strict=True):
+        if str(was) != str(now):
+            logger.info("constraint %s -> %s", was, now)
+    return values, resolved
+
+
+def warm_up(evaluation: Evaluation) -> None:
+    """Distillation's soft targets, once in the driver with every core, before workers
+    start (a task caches them; each worker would otherwise make its own)."""
+    if ACCURACY in evaluation.metrics and evaluation.rungs != ["proxy"]:
+        evaluation.context.soft_teacher  # noqa: B018
+
+
+def ready_sampler(search: Any) -> None:
+    """Measure per-layer sensitivity where the config or a ``SearchAware`` sampler wants
+    it (``search.sensitivity``, ``search.summary["sensitivity_s"]``), then bind that
+    sampler to ``search``."""
+    config, sampler = search.config, search.study.sampler
+    aware = isinstance(sampler, SearchAware)
+    if config.search.sensitivity or (aware and sampler.wants_sensitivity):
+        start = time.perf_counter()
+        search.sensitivity, search.sensitivity_fidelity = for_search(
+            search.evaluation, config.name, config.search.trials
+        )
+        search.summary["sensitivity_s"] = time.perf_counter() - start
+    if aware:
+        sampler.bind(search)
