@@ -40,10 +40,10 @@ from frontier.latency_models import (
     LatencyModel,
     error_summary,
     measure_bundle,
+    quiet_root_logger,
     read_manifest,
     write_bundle,
 )
-from frontier.latency_models._validate import quiet_root_logger
 from frontier.spaces import SpaceOptions, discover
 
 OPTIONS = dict(prune_ratios=(0.0, 0.25, 0.5, 0.75), weight_bits=(8, 32), act_bits=(8, 32))
@@ -141,7 +141,7 @@ def few_shot(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 def bundle_size(tmp: Path) -> dict[str, Any]:
     import torchvision
 
-    from frontier.latency_models._bundle import whole_model_bytes
+    from frontier.latency_models import whole_model_bytes
     from frontier.spaces import CompressionPlan
 
     model = torchvision.models.mobilenet_v2(weights=None).eval()

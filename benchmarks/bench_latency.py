@@ -36,11 +36,11 @@ from frontier.latency_models import (
     Row,
     measure_bundle,
     measure_models,
+    quiet_root_logger,
     space_ops,
     validate,
     write_bundle,
 )
-from frontier.latency_models._validate import quiet_root_logger
 from frontier.spaces import SpaceOptions, discover
 
 

@@ -111,15 +111,16 @@ def scenario_pick(name: str) -> dict[str, Any] | None:
 
 def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
     from frontier.latency_models import (
+        VALIDATION_SEED0,
         DeviceStore,
         LatencyModel,
         corner_plans,
         ensure_local_table,
         error_summary,
         measure_models,
+        quiet_root_logger,
+        whole_model_bytes,
     )
-    from frontier.latency_models._bundle import VALIDATION_SEED0, whole_model_bytes
-    from frontier.latency_models._validate import quiet_root_logger
     from frontier.search.cli import _load, _task_and_space
     from frontier.spaces import CompressionPlan
 

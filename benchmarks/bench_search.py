@@ -148,7 +148,7 @@ def overhead(trials: int) -> dict[str, float]:
 def uniform_grid(config: Any) -> list[dict[str, Any]]:
     """Every (prune ratio, weight bits, activation bits) applied to all layers at once."""
     from frontier.experiments import build_task
-    from frontier.search._anchors import uniform_grid as grid
+    from frontier.search import uniform_grid as grid
     from frontier.spaces import discover
 
     task = build_task(config.task.name, **config.task.options)

@@ -163,8 +163,13 @@ def kernel_sweep(quick: bool) -> list[dict[str, Any]]:
     """Dense ONNX Runtime Gemm/Conv against the CSR kernel, per call, one thread."""
     import torch
 
-    from frontier.latency_models import OpSpec, build_onnx, measure_local, time_models
-    from frontier.latency_models._sparse import sparse_kernel
+    from frontier.latency_models import (
+        OpSpec,
+        build_onnx,
+        measure_local,
+        sparse_kernel,
+        time_models,
+    )
 
     torch.set_num_threads(1)
     rounds = 3 if quick else 5

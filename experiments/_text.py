@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
-from frontier.spaces._transformer import TextTransformer, TransformerShape
+from frontier.spaces import TextTransformer, TransformerShape
 
 from ._digits import cache_dir, evaluate, load_or_train
 from ._fashion import _bar

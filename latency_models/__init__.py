@@ -6,11 +6,12 @@ Flow: ``write_bundle`` (``frontier lut ops``) -> ``runner`` on the device
 ``LatencyModel(table).predict(model, plan)`` -> ``validate`` (``frontier lut validate``).
 """
 
-from ._bundle import SpaceOps, space_ops, write_bundle
+from ._bundle import VALIDATION_SEED0, SpaceOps, space_ops, whole_model_bytes, write_bundle
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
+from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
 from ._validate import (
     ValidationReport,
@@ -36,6 +37,7 @@ __all__ = [
     "BUNDLE_VERSION",
     "LOCAL_CPU",
     "PROTOCOL_VERSION",
+    "VALIDATION_SEED0",
     "DeviceMeta",
     "DeviceStore",
     "DeviceTable",
@@ -72,7 +74,9 @@ __all__ = [
     "read_table",
     "register_local",
     "space_ops",
+    "sparse_kernel",
     "time_models",
     "validate",
+    "whole_model_bytes",
     "write_bundle",
 ]

@@ -7,6 +7,7 @@ Extension points: an Optuna sampler object (``run(config, sampler=...)``) or a n
 (``register_backend``).
 """
 
+from ._anchors import anchor_params, uniform_grid
 from ._backends import Backend, Job, backend_names, register_backend
 from ._callbacks import Callback, Emissions, ProgressBar, ProgressLines
 from ._config import (
@@ -53,6 +54,7 @@ __all__ = [
     "TaskSection",
     "TrialRecord",
     "TrialResult",
+    "anchor_params",
     "backend_names",
     "build_sampler",
     "default_storage",
@@ -72,4 +74,5 @@ __all__ = [
     "sampler_names",
     "sensitivity",
     "sensitivity_choices",
+    "uniform_grid",
 ]
