@@ -121,7 +121,8 @@ def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
         quiet_root_logger,
         whole_model_bytes,
     )
-    from frontier.search.cli import _load, _task_and_space
+    from frontier.search import load_config as _load
+    from frontier.search import task_and_space as _task_and_space
     from frontier.spaces import CompressionPlan
 
     config = _load(name)

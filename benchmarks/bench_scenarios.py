@@ -296,7 +296,7 @@ def merge(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    from frontier.search.cli import _settings
+    from frontier.search import parse_overrides as _settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

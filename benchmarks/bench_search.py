@@ -227,7 +227,7 @@ def hypervolumes(
 
 
 def main() -> None:
-    from frontier.search.cli import _settings
+    from frontier.search import parse_overrides as _settings
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=60, help="budget of the HV comparison")

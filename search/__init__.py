@@ -15,20 +15,35 @@ from ._config import (
     ConfigError,
     Constraint,
     TaskSection,
+    import_plugins,
     load_config,
     parse_config,
+    parse_overrides,
 )
-from ._engine import Search, SearchResult, run
+from ._engine import Search, SearchResult, default_callbacks, run
 from ._evaluation import Evaluation, TrialResult
 from ._front import Front, TrialRecord
 from ._mlflow import MlflowCallback
 from ._pareto import Objective, hypervolume, normalise, pareto_mask
 from ._promotion import Promotion, SpreadPromotion
+from ._results import (
+    QueryError,
+    front_on,
+    measure_picked,
+    parse_where,
+    query_front,
+    register_model,
+    sort_front,
+    with_params,
+)
 from ._samplers import build_sampler, register_sampler, sampler_names
 from ._sensitivity import choices as sensitivity_choices
 from ._sensitivity import sensitivity
+from ._setup import task_and_space
 from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
+from ._timing import Timing, promotion_savings
 from ._tracking import Tag, find_search, front_frame, metrics_of
+from ._view import SearchAware, SearchView
 
 __all__ = [
     "Backend",
@@ -45,34 +60,50 @@ __all__ = [
     "ProgressBar",
     "ProgressLines",
     "Promotion",
+    "QueryError",
     "Search",
+    "SearchAware",
     "SearchError",
     "SearchResult",
+    "SearchView",
     "SpreadPromotion",
     "StudyStore",
     "Tag",
     "TaskSection",
+    "Timing",
     "TrialRecord",
     "TrialResult",
     "anchor_params",
     "backend_names",
     "build_sampler",
+    "default_callbacks",
     "default_storage",
     "driver_lock",
     "find_search",
     "front_frame",
+    "front_on",
     "hypervolume",
+    "import_plugins",
     "load_config",
+    "measure_picked",
     "metrics_of",
     "normalise",
     "open_storage",
     "pareto_mask",
     "parse_config",
+    "parse_overrides",
+    "parse_where",
+    "promotion_savings",
+    "query_front",
     "register_backend",
+    "register_model",
     "register_sampler",
     "run",
     "sampler_names",
     "sensitivity",
     "sensitivity_choices",
+    "sort_front",
+    "task_and_space",
     "uniform_grid",
+    "with_params",
 ]

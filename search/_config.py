@@ -438,6 +438,21 @@ def parse_config(data: Any, *, source: str = "<config>") -> Config:
         raise ConfigError(_format_errors(source, err)) from None
 
 
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``FIELD=VALUE`` pairs (``--set``) as ``Config.override`` values; values are read
+    as YAML (numbers, lists, null), so ``search.fidelity.rungs=[proxy,short]`` works."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. search.trials=50")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({err})") from None
+    return out
+
+
 def config_from_json(text: str, *, source: str = "<config>") -> Config:
     """A config sent as ``Config.model_dump_json()`` (to a worker), plugins imported."""
     return parse_config(json.loads(text), source=source)

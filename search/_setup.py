@@ -25,6 +25,24 @@ from ._storage import (
 from ._view import SearchAware
 
 
+def task_and_space(config: Config) -> tuple[Any, Any, Any]:
+    """The config's task, its baseline model and the space discovered in it; warnings
+    about the space (a group left out of pruning) are logged."""
+    import warnings
+
+    from frontier.experiments import build_task, task_baseline
+    from frontier.spaces import discover
+
+    task = build_task(config.task.name, **config.task.options)
+    model, example = task_baseline(task, config.task.name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        space = discover(model, example, config.space)
+    for w in caught:
+        logger.warning(str(w.message))
+    return task, model, space
+
+
 def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
     """Check the folders and the Ray address, then build the evaluation; the teacher is
     checked before device tables are measured (a new study only)."""

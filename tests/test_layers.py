@@ -15,22 +15,32 @@ PARTS = ("spaces", "search", "evaluators", "latency_models", "experiments")
 
 
 def _imports(part: str) -> dict[str, set[str]]:
-    """Module -> the modules of the same part it imports anywhere in its file."""
+    """Module (dotted, inside the part: ``_config``, ``cli.lut``) -> the modules of the
+    same part it imports anywhere in its file."""
+    names = {}
+    for path in sorted((ROOT / part).rglob("*.py")):
+        rel = path.relative_to(ROOT / part).with_suffix("")
+        names[".".join(rel.parts)] = path
     graph: dict[str, set[str]] = {}
-    for path in sorted((ROOT / part).glob("*.py")):
-        if path.stem == "__init__":
+    for name, path in names.items():
+        if name.endswith("__init__") or name.endswith("__main__"):
             continue
+        package = name.split(".")[:-1]
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.ImportFrom):
                 continue
-            if node.level == 1 and node.module is None:
-                found |= {a.name for a in node.names}
-            elif node.level == 1 and node.module:
-                found.add(node.module.split(".")[0])
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
             elif node.module and node.module.startswith(f"frontier.{part}."):
-                found.add(node.module.split(".")[2])
-        graph[path.stem] = found - {"__init__", path.stem}
+                target = node.module.removeprefix(f"frontier.{part}.")
+            else:
+                continue
+            candidates = [target] if node.module else []
+            candidates += [f"{target}.{a.name}".strip(".") for a in node.names]
+            found |= {c for c in candidates if c in names and not c.endswith("__init__")}
+        graph[name] = found - {name}
     return graph
 
 

@@ -28,7 +28,7 @@ def timed(monkeypatch):
 def test_runner_validate_pick_and_sparse_rows_share_one_timer(
     timed, bundle, table, mlp_setup, ops, tmp_path, capsys
 ) -> None:
-    from frontier.search.cli import _measure_pick
+    from frontier.search import measure_picked as _measure_pick
 
     path, manifest = bundle
     measure_bundle(path, tmp_path / "t.csv", device="d", rounds=1, round_s=0.005)

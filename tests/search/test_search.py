@@ -464,7 +464,7 @@ def test_without_a_terminal_a_line_per_generation(write_config, capsys) -> None:
 
 
 def test_promotion_savings_estimate_the_top_rung_for_every_trial() -> None:
-    from frontier.search._timing import promotion_savings
+    from frontier.search import promotion_savings
 
     # 10 trials at 1 s on the cheap rung, 2 promoted at 20 s each to the top rung
     saved = promotion_savings({0: [1.0] * 10, 1: [20.0, 20.0]})

@@ -1,0 +1,168 @@
+"""Reading a finished search back from MLflow: its front filtered by constraints,
+sorted, recomputed on some metrics, with sampled parameters, and a picked model measured
+and registered. ``frontier pareto`` and ``frontier pick`` are thin wrappers."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ._config import Constraint
+from ._log import logger
+from ._pareto import Objective, pareto_mask
+from ._tracking import Tag, find_search, front_frame, metrics_of, resolve_uri, trial_params
+
+#: the columns of a front frame that are not metrics
+INFO_COLUMNS = ("run_id", "trial", "rung", "pareto", "state", "feasible")
+
+
+class QueryError(ValueError):
+    """A query names a metric, parameter or run the search does not have; the message
+    names the option (``--where``) and what there is instead."""
+
+
+def parse_where(text: str | None) -> list[Constraint]:
+    """``"accuracy >= 0.95, size_bytes <= 32768"`` (``,`` or ``and``) as constraints."""
+    if not text:
+        return []
+    parts = [p for p in re.split(r",|\band\b", text) if p.strip()]
+    try:
+        return [Constraint.parse(p) for p in parts]
+    except ValueError as err:
+        raise QueryError(f"--where: {err}") from None
+
+
+def query_front(
+    uri: str,
+    *,
+    experiment: str | None = None,
+    run: str | None = None,
+    where: str | None = None,
+    objectives: str | None = None,
+    everything: bool = False,
+) -> tuple[Any, pd.DataFrame]:
+    """A search's parent run and its front (``everything``: every trial), recomputed
+    on ``objectives`` (comma-separated recorded metrics) where given, filtered by
+    ``where`` (constraints; relative bounds resolve against the search's baseline)."""
+    parent = find_search(uri, experiment, run)
+    on = [n.strip() for n in (objectives or "").split(",") if n.strip()]
+    frame = front_frame(uri, parent, members_only=not (everything or on))
+    if on:
+        frame = front_on(frame, on, metrics_of(parent))
+    baseline = json.loads(parent.data.tags.get(Tag.BASELINE, "{}"))
+    for c in parse_where(where):
+        try:
+            c = c.resolve(baseline)
+        except ValueError as err:
+            raise QueryError(f"--where: {err}") from None
+        if c.objective not in frame.columns:
+            metrics = [k for k in frame.columns if k not in INFO_COLUMNS]
+            raise QueryError(
+                f"--where: {c.objective!r} is not a metric of this search; have: {metrics}"
+            )
+        frame = frame[[c.holds(v) for v in frame[c.objective]]]
+    return parent, frame
+
+
+def front_on(frame: pd.DataFrame, names: list[str], metrics: list[Objective]) -> pd.DataFrame:
+    """The feasible front of every trial on some of the recorded metrics only (one
+    device's latency and accuracy, say)."""
+    directions = {m.name: m for m in metrics}
+    unknown = [n for n in names if n not in directions]
+    if unknown:
+        raise QueryError(f"--objectives: {unknown} not recorded; have: {sorted(directions)}")
+    pool = frame[(frame["state"] == "complete") & frame["feasible"]]
+    pool = pool.drop_duplicates(subset=names)
+    if pool.empty:
+        return pool
+    mask = pareto_mask(pool[names].to_numpy(dtype=float), [directions[n] for n in names])
+    return pool[mask]
+
+
+def sort_front(
+    frame: pd.DataFrame, key: str, objectives: list[Objective], option: str = "--sort"
+) -> pd.DataFrame:
+    """``frame`` sorted by column ``key`` (``+x``/``-x``: ascending/descending; bare:
+    best first by the metric's direction)."""
+    name = key.lstrip("+-")
+    if option == "--best" and name not in {o.name for o in objectives}:
+        known = ", ".join(o.name for o in objectives)
+        raise QueryError(f"--best: {name!r} is not a metric this search recorded; have: {known}")
+    if name not in frame.columns:
+        raise QueryError(f"{option}: {name!r} is not a column; have: {list(frame.columns)}")
+    if key[0] in "+-":
+        ascending = key[0] == "+"
+    else:
+        direction = {o.name: o.direction for o in objectives}.get(name, "minimize")
+        ascending = direction == "minimize"
+    return frame.sort_values(name, ascending=ascending, kind="stable")
+
+
+def with_params(frame: pd.DataFrame, uri: str, parent: Any, patterns: str) -> pd.DataFrame:
+    """``frame`` with the trials' sampled parameters whose names match one of the
+    comma-separated glob ``patterns`` (``activation``, ``sparse.*``) as columns."""
+    params = trial_params(uri, parent)
+    wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+    names = sorted(
+        {k for ps in params.values() for k in ps if any(fnmatch.fnmatch(k, w) for w in wanted)}
+    )
+    if not names:
+        known = sorted({k for ps in params.values() for k in ps})
+        raise QueryError(f"--params: nothing matches {patterns!r}; parameters: {known}")
+    frame = frame.copy()
+    for name in names:
+        frame[name] = [params.get(run_id, {}).get(name, "") for run_id in frame["run_id"]]
+    return frame
+
+
+def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]:
+    """A picked model's latency on each ``local-cpu`` device among its metrics,
+    measured here by the timing protocol every table row was measured with; a logged
+    figure more than 10% off the measurement is warned about."""
+    from frontier.latency_models import local_threads, measure_local
+
+    out = {}
+    for name, logged in metrics.items():
+        metric, _, device = name.partition("@")
+        threads = local_threads(device)
+        if metric != "latency_ms" or threads is None:
+            continue
+        out[device] = measured = measure_local(onnx_path.read_bytes(), threads=threads)
+        if logged is not None and abs(float(logged) / measured - 1) > 0.10:
+            logger.warning(
+                "%s logged %.4g ms, measured here %.4g ms (%+.0f%%)",
+                name, float(logged), measured, (float(logged) / measured - 1) * 100,
+            )  # fmt: skip
+    return out
+
+
+def register_model(uri: str, run_id: str, onnx_path: Path, name: str, alias: str) -> dict[str, Any]:
+    """Log ``onnx_path`` as trial ``run_id``'s model, register it as ``name`` and point
+    ``alias`` at the new version."""
+    import mlflow
+    import onnx
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_uri(uri)
+    model = onnx.load(str(onnx_path))
+    # mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI for the whole process;
+    # put it back, or a later pareto/pick in this process reads this store
+    env_before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(run_id=run_id):
+            info = mlflow.onnx.log_model(model, name="model", registered_model_name=name)
+    finally:
+        if env_before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env_before
+    version = str(info.registered_model_version)
+    MlflowClient(tracking_uri=uri).set_registered_model_alias(name, alias, version)
+    return {"name": name, "version": version, "alias": alias}

@@ -1,0 +1,71 @@
+"""The ``frontier`` command line, one module per command group: ``search`` (run a
+search), ``results`` (``pareto``, ``pick``), ``lut`` (device latency tables) and
+``inspect`` (``space``, ``sensitivity``, ``plan``, ``experiments``). Each module's
+``add_commands`` adds its commands, each command's arguments beside its handler."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from frontier.experiments import TaskError
+from frontier.latency_models import TableError
+from frontier.spaces import PlanError, SpaceError
+
+from .._config import ConfigError
+from .._log import show_messages
+from .._results import QueryError
+from .._storage import SearchError
+from .._tracking import TrackingError, no_telemetry
+from . import inspect, lut, results, search
+from ._common import UsageError
+
+#: what a command reports as one line and exit status 2 (bad input, not a crash)
+USER_ERRORS = (
+    ConfigError,
+    UsageError,
+    QueryError,
+    TrackingError,
+    TaskError,
+    PlanError,
+    SpaceError,
+    TableError,
+    SearchError,
+)
+
+
+def _version() -> str:
+    try:
+        return version("frontier")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="frontier",
+        description="Hardware-aware compression search for PyTorch models.",
+    )
+    parser.add_argument("--version", action="version", version=f"frontier {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (inspect, lut, search, results):
+        group.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    no_telemetry()
+    show_messages()
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except USER_ERRORS as err:
+        print(f"frontier: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130  # the search said how to continue; no traceback
+    return code
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,7 @@
+"""``python -m frontier.search.cli``: the ``frontier`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

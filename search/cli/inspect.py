@@ -1,0 +1,169 @@
+"""``frontier space``, ``sensitivity``, ``plan`` and ``experiments list``: looking at a
+config's model and space before searching it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .._setup import task_and_space
+from .._storage import writable
+from ._common import CONFIG_HELP, UsageError, load
+
+
+def add_commands(sub: Any) -> None:
+    for add in (_space_command, _sensitivity_command, _plan_command, _experiments_command):
+        add(sub)
+
+
+def _space_command(sub: Any) -> None:
+    p = sub.add_parser("space", help="discover and print the search space of a config's model")
+    p.add_argument("config", help=CONFIG_HELP)
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_space)
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    _, _, space = task_and_space(load(args.config))
+    if args.format == "json":
+        rows = [
+            {"name": d.name, "kind": d.kind, "choices": list(d.choices), "detail": d.detail}
+            for d in space.dimensions()
+        ]
+        print(json.dumps(rows, indent=2))
+    else:
+        print(space.describe())
+    return 0
+
+
+def _sensitivity_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "sensitivity",
+        help="each layer's compression choices one at a time: which layers can be squeezed",
+    )
+    p.add_argument("config", help=CONFIG_HELP)
+    p.add_argument(
+        "--rung", default="short", help="the rung to score at (default short, the cheap one)"
+    )
+    p.add_argument("--seed", type=int, help="override search.seed")
+    p.add_argument("--out", default="sensitivity", help="directory for the CSV and PNG")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_sensitivity)
+
+
+def cmd_sensitivity(args: argparse.Namespace) -> int:
+    import csv
+
+    from frontier.experiments import cache_dir
+
+    from .._evaluation import Evaluation
+    from .._sensitivity import plot, sensitivity
+
+    config = load(args.config).override({"search.seed": args.seed})
+    out = writable(Path(args.out), "the sensitivity table (--out)")
+    writable(cache_dir(), "the sensitivity cache ($FRONTIER_CACHE_DIR)")
+    evaluation = Evaluation(config)
+    if args.rung not in evaluation.rungs:
+        raise UsageError(f"--rung must be one of the config's rungs {evaluation.rungs}")
+    rung = evaluation.rungs.index(args.rung)
+
+    def progress(done: int, total: int, seconds: float) -> None:
+        if done == total or done % 10 == 0:
+            print(f"sensitivity: {done}/{total} plans ({seconds:.0f} s)", file=sys.stderr)
+
+    rows = sensitivity(
+        evaluation,
+        rung=rung,
+        cache=cache_dir() / f"sensitivity-{config.name}.json",
+        progress=progress,
+    )
+    with (out / "sensitivity.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    metric = "accuracy" if "accuracy" in evaluation.metrics else evaluation.metrics[0]
+    plot(rows, out / "sensitivity.png", metric=metric)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    import pandas as pd
+
+    frame = pd.DataFrame(rows[1:]).sort_values(f"{metric}_delta", ascending=False)
+    shown = ["dimension", "choice", metric, f"{metric}_delta"]
+    shown += [f"{m}_delta" for m in evaluation.metrics if m != metric]
+    print(f"uncompressed at the {args.rung} rung: {metric} {rows[0][metric]:.4f}")
+    print(frame[shown].to_string(index=False))
+    print(f"wrote {out / 'sensitivity.csv'} and {out / 'sensitivity.png'}")
+    return 0
+
+
+def _plan_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "plan", help="apply one plan (seeded random, or from JSON) and report its cost"
+    )
+    p.add_argument("config", help=CONFIG_HELP)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random plan (default 0)")
+    p.add_argument("--plan", help="a plan JSON file to apply instead of a random one")
+    p.add_argument("--export", metavar="PATH", help="also export the compressed model to ONNX")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from frontier.experiments import evaluate
+    from frontier.spaces import CompressionPlan, apply_plan, export_onnx, model_cost
+
+    config = load(args.config)
+    if args.export:
+        writable(Path(args.export).parent, "the exported model (--export)")
+    task, model, space = task_and_space(config)
+    plan = CompressionPlan.load(args.plan, space=space) if args.plan else space.sample(args.seed)
+    example = task.example_inputs()
+    calib = task.calibration_batches()
+    compressed = apply_plan(model, plan, example, calibration_data=calib)
+    base = model_cost(model, CompressionPlan(), example)
+    cost = model_cost(compressed, plan, example)
+    test = task.loaders().test
+    report = {
+        "plan": plan.to_dict(),
+        "baseline": {"params": base.params, "size_bytes": base.size_bytes, "macs": base.macs},
+        "compressed": {
+            "params": cost.params,
+            "size_bytes": cost.size_bytes,
+            "macs": cost.macs,
+            "bops": cost.bops,
+        },
+        "accuracy_baseline": evaluate(model, test),
+        "accuracy_compressed_no_finetune": evaluate(compressed, test),
+    }
+    if args.export:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the note below says the same
+            result = export_onnx(compressed, plan, example, args.export, calibration_data=calib)
+        report["export"] = {
+            "path": str(result.path),
+            "precision": result.precision,
+            "note": result.note,
+        }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _experiments_command(sub: Any) -> None:
+    p = sub.add_parser("experiments", help="built-in experiments")
+    esub = p.add_subparsers(dest="action", required=True)
+    e = esub.add_parser("list", help="list the built-in experiments")
+    e.set_defaults(func=cmd_experiments_list)
+
+
+def cmd_experiments_list(args: argparse.Namespace) -> int:
+    from frontier.experiments import builtin_configs
+
+    configs = builtin_configs()
+    width = max(map(len, configs), default=0)
+    for name, path in configs.items():
+        print(f"{name:<{width}}  {load(str(path)).description}")
+    return 0

@@ -1,0 +1,258 @@
+"""``frontier lut ...``: device latency tables. Write a space's op bundle, measure it
+on a device, import and inspect the table, validate its predictions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._setup import task_and_space
+from ._common import STORE_HELP, device_store, load, usage_errors
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "lut", help="device latency tables: ops, measure, import, list, show, validate"
+    )
+    lsub = p.add_subparsers(dest="action", required=True)
+    for add in (
+        _ops_command,
+        _measure_command,
+        _import_command,
+        _list_command,
+        _show_command,
+        _validate_command,
+    ):
+        add(lsub)
+
+
+def _ops_command(sub: Any) -> None:
+    e = sub.add_parser("ops", help="write the op bundle of a config's space")
+    e.add_argument("config")
+    e.add_argument("--out", required=True, help="the bundle .zip to write")
+    e.add_argument("--validation", type=int, default=0, help="whole models for validation")
+    e.add_argument(
+        "--calibration",
+        type=int,
+        help="whole models for calibration (default: 200 for a model of at most 10 M MACs, "
+        "which measure in seconds, else 60)",
+    )
+    e.add_argument(
+        "--few-shot",
+        type=int,
+        metavar="N",
+        help="only N of the space's ops (every kind, small to large) and 10 calibration "
+        "models unless --calibration: a new device's table predicted through a stored "
+        "device's full one (lut import --few-shot-from)",
+    )
+    e.set_defaults(func=cmd_lut_ops)
+
+
+def cmd_lut_ops(args: argparse.Namespace) -> int:
+    from frontier.latency_models import quiet_root_logger, write_bundle
+
+    config = load(args.config)
+    task, model, space = task_and_space(config)
+    with quiet_root_logger(), usage_errors():
+        manifest = write_bundle(
+            args.out,
+            model=model,
+            example_inputs=task.example_inputs(),
+            space=space,
+            validation=args.validation,
+            calibration=args.calibration,
+            calibration_data=task.calibration_batches(),
+            name=config.name,
+            few_shot=args.few_shot,
+        )
+    calibration = sum(m["kind"] == "calibration" for m in manifest["models"])
+    ops = f"{manifest['op_count']} ops"
+    if args.few_shot:
+        ops = f"{manifest['op_count']} of the space's {manifest['space_op_count']} ops (few-shot)"
+    print(
+        f"wrote {args.out}: {ops}, {calibration} calibration and "
+        f"{args.validation} validation models (bundle {manifest['bundle_id']}, "
+        f"{Path(args.out).stat().st_size / 2**20:.1f} MiB)"
+    )
+    return 0
+
+
+def _measure_command(sub: Any) -> None:
+    from frontier.latency_models.runner import add_measure_arguments
+
+    e = sub.add_parser("measure", help="measure a bundle on this device (the device runner)")
+    add_measure_arguments(e)
+    e.set_defaults(func=cmd_lut_measure)
+
+
+def cmd_lut_measure(args: argparse.Namespace) -> int:
+    from frontier.latency_models import TableError
+    from frontier.latency_models.runner import ERRORS, measure_from_args, summary
+
+    try:
+        print(summary(measure_from_args(args)))
+    except ERRORS as err:
+        raise TableError(str(err)) from None
+    return 0
+
+
+def _import_command(sub: Any) -> None:
+    e = sub.add_parser("import", help="validate a measured table and store it")
+    e.add_argument("table")
+    e.add_argument("--name", required=True, help="the device name to store it under")
+    e.add_argument("--bundle", help="the bundle it measured (enables calibration)")
+    e.add_argument("--power-w", type=float, help="the device's active power in watts")
+    e.add_argument("--transfer-gbps", type=float, help="bandwidth to the offload device")
+    e.add_argument("--unsupported", nargs="*", default=[], help="op kinds the device cannot run")
+    e.add_argument("--merge", action="store_true", help="add to the stored table")
+    e.add_argument(
+        "--few-shot-from",
+        metavar="DEVICE",
+        help="a few-shot table (lut ops --few-shot): the stored device whose full table "
+        "predicts the ops it did not measure",
+    )
+    e.add_argument(
+        "--allow-degraded",
+        action="store_true",
+        help="import a table missing the runner's files it needs (its manifest, profiles or "
+        "metadata), recording what it loses in the table's import_warnings",
+    )
+    e.add_argument("--store", help=STORE_HELP)
+    e.set_defaults(func=cmd_lut_import)
+
+
+def cmd_lut_import(args: argparse.Namespace) -> int:
+    from frontier.latency_models import DeviceMeta, LatencyModel, read_manifest
+
+    meta = DeviceMeta(
+        active_power_w=args.power_w,
+        transfer_gbps=args.transfer_gbps,
+        unsupported_ops=tuple(args.unsupported),
+    )
+    from frontier.latency_models import TableError
+
+    try:
+        manifest = read_manifest(Path(args.bundle)) if args.bundle else None
+    except ValueError as err:
+        raise TableError(str(err)) from None
+    store = device_store(args)
+    table = store.import_table(
+        args.table,
+        name=args.name,
+        meta=meta,
+        manifest=manifest,
+        merge=args.merge,
+        allow_degraded=args.allow_degraded,
+        few_shot_from=args.few_shot_from,
+    )
+    s = table.summary()
+    quality = LatencyModel(table).quality()
+    calibration = quality["calibration"]
+    print(
+        f"imported {args.name}: {s['ops']} ops ({s['ops_ok']} measured), "
+        f"{s['calibration_models']} calibration models, into {store.root}\n"
+        f"calibration: {calibration['method']} from {calibration['models']} models"
+        + (
+            f" (cross-validated MAPE {calibration['cv_mape'][calibration['method']]:.1%})"
+            if calibration["method"] in calibration["cv_mape"]
+            else ""
+        )
+    )
+    if quality["stored_validation"]:
+        v = quality["stored_validation"]
+        print(
+            f"validation models measured on the device: {v['samples']}, "
+            f"{v['within_10pct']:.0%} predicted within +/-10%, MAPE {v['mape']:.1%}"
+        )
+    for warning in quality["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    return 0
+
+
+def _list_command(sub: Any) -> None:
+    e = sub.add_parser("list", help="list stored device tables")
+    e.add_argument("--store", help=STORE_HELP)
+    e.set_defaults(func=cmd_lut_list)
+
+
+def cmd_lut_list(args: argparse.Namespace) -> int:
+    store = device_store(args)
+    names = store.names()
+    if not names:
+        print(f"no device tables in {store.root}")
+    for name in names:
+        s = store.load(name).summary()
+        print(f"{name:<16} {s['ops']:>6} ops  {s['provider'] or '?':<22} {s['cpu'] or ''}")
+    return 0
+
+
+def _show_command(sub: Any) -> None:
+    e = sub.add_parser("show", help="summary, coverage and unsupported ops of a table")
+    e.add_argument("name")
+    e.add_argument("--store", help=STORE_HELP)
+    e.set_defaults(func=cmd_lut_show)
+
+
+def cmd_lut_show(args: argparse.Namespace) -> int:
+    from frontier.latency_models import LatencyModel
+
+    table = device_store(args).load(args.name)
+    summary = table.summary()
+    summary["fallbacks"] = LatencyModel(table, calibrate=False).fallback_summary()
+    summary["quality"] = LatencyModel(table).quality()
+    print(json.dumps(summary, indent=2))
+    for warning in summary["quality"]["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    return 0
+
+
+def _validate_command(sub: Any) -> None:
+    e = sub.add_parser("validate", help="predicted vs measured whole-model latency")
+    e.add_argument("config")
+    e.add_argument("--device", required=True, help="a stored table, or local-cpu")
+    e.add_argument("--samples", type=int, default=50)
+    e.add_argument("--out", default="lut-validation", help="directory for the CSV and PNG")
+    e.add_argument("--measure", choices=["auto", "local", "table"], default="auto")
+    e.add_argument("--store", help=STORE_HELP)
+    e.set_defaults(func=cmd_lut_validate)
+
+
+def cmd_lut_validate(args: argparse.Namespace) -> int:
+    from frontier.latency_models import LatencyModel, ensure_local_table, local_threads, validate
+
+    config = load(args.config)
+    task, model, space = task_and_space(config)
+    store = device_store(args)
+    example = task.example_inputs()
+    if local_threads(args.device) is not None:
+        table = ensure_local_table(
+            model,
+            example,
+            space,
+            store=store,
+            name=args.device,
+            calibration_data=task.calibration_batches(),
+        )
+    else:
+        table = store.load(args.device)
+    latency = LatencyModel(table)
+    with usage_errors():
+        report = validate(
+            latency,
+            model=model,
+            example_inputs=example,
+            space=space,
+            samples=args.samples,
+            out_dir=args.out,
+            measure=args.measure,
+            calibration_data=task.calibration_batches(),
+        )
+    if store.has(table.name):
+        store.record(table.name, validation=report.summary())
+    print(json.dumps(report.to_dict(), indent=2))
+    for warning in latency.quality()["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    return 0

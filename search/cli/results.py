@@ -1,0 +1,135 @@
+"""``frontier pareto`` and ``frontier pick``: a finished search's front read back from
+MLflow, and one model of it downloaded, measured and registered."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .._results import measure_picked, query_front, register_model, sort_front, with_params
+from .._tracking import Tag, download, front_frame, metrics_of
+from ._common import UsageError, add_tracking_uri, tracking_uri
+
+WHERE_HELP = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"
+
+
+def add_commands(sub: Any) -> None:
+    _pareto_command(sub)
+    _pick_command(sub)
+
+
+def _search_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--experiment", help="MLflow experiment (default: the latest search)")
+    p.add_argument("--run", help="the search's parent run id")
+    p.add_argument("--where", help=WHERE_HELP)
+    add_tracking_uri(p)
+
+
+def _pareto_command(sub: Any) -> None:
+    p = sub.add_parser("pareto", help="show a search's Pareto front from MLflow")
+    _search_options(p)
+    p.add_argument("--sort", help="column to sort by; '+x'/'-x' for ascending/descending")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--all", action="store_true", help="every trial, not only the front")
+    p.add_argument(
+        "--objectives",
+        help="recompute the front on these recorded metrics only, e.g. "
+        "'accuracy,latency_ms@local-cpu' (one device's front)",
+    )
+    p.add_argument(
+        "--params",
+        metavar="GLOBS",
+        help="also show these sampled parameters, e.g. 'activation' or 'prune.*,sparse.*'",
+    )
+    p.set_defaults(func=cmd_pareto)
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    uri = tracking_uri(args)
+    parent, frame = query_front(
+        uri,
+        experiment=args.experiment,
+        run=args.run,
+        where=args.where,
+        objectives=args.objectives,
+        everything=args.all,
+    )
+    metrics = metrics_of(parent)
+    if not frame.empty:
+        frame = sort_front(frame, args.sort or metrics[0].name, metrics)
+    if args.params and not frame.empty:
+        frame = with_params(frame, uri, parent, args.params)
+    if args.format == "csv":
+        print(frame.to_csv(index=False), end="")
+    elif args.format == "json":
+        print(frame.to_json(orient="records", indent=2, double_precision=15))
+    else:
+        print(
+            f"search {parent.info.run_name} ({parent.info.run_id}), "
+            f"constraints {parent.data.tags.get(Tag.CONSTRAINTS, '[]')}"
+        )
+        hidden = [] if args.all else ["pareto", "state", "feasible"]
+        shown = frame.drop(columns=hidden, errors="ignore")
+        print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
+    return 0
+
+
+def _pick_command(sub: Any) -> None:
+    p = sub.add_parser("pick", help="download (and register) a model from the front")
+    p.add_argument("run_id", nargs="?", help="the trial's MLflow run id")
+    p.add_argument("--best", metavar="OBJECTIVE", help="the front member best on OBJECTIVE")
+    _search_options(p)
+    p.add_argument("--export", metavar="PATH", help="a directory, or a .onnx file path")
+    p.add_argument("--register", metavar="NAME", help="register in the MLflow model registry")
+    p.add_argument("--alias", default="champion", help="registry alias (default champion)")
+    p.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="do not time the model on this machine's local-cpu devices",
+    )
+    p.set_defaults(func=cmd_pick)
+
+
+def cmd_pick(args: argparse.Namespace) -> int:
+    if bool(args.run_id) == bool(args.best):
+        raise UsageError("pick: give a RUN_ID or --best OBJECTIVE (one of them)")
+    uri = tracking_uri(args)
+    parent, frame = query_front(uri, experiment=args.experiment, run=args.run, where=args.where)
+    if args.run_id:
+        match = frame[frame["run_id"] == args.run_id]
+        if match.empty:
+            everything = front_frame(uri, parent, members_only=False)
+            match = everything[everything["run_id"] == args.run_id]
+    else:
+        if frame.empty:
+            raise UsageError("pick: no front member matches --where")
+        match = sort_front(frame, args.best, metrics_of(parent), "--best").head(1)
+    if match.empty:
+        raise UsageError(f"pick: run {args.run_id} is not a trial of that search")
+    row = match.iloc[0].to_dict()
+    out = Path(args.export or f"frontier-pick-trial-{row['trial']}")
+    target = out.parent if out.suffix == ".onnx" else out
+    files = download(uri, row["run_id"], target)
+    if out.suffix == ".onnx":
+        files["model.onnx"] = files["model.onnx"].replace(out)
+        plan = out.with_suffix(".plan.json")
+        files["plan.json"] = files["plan.json"].replace(plan)
+    report = {
+        "run_id": row["run_id"],
+        "trial": int(row["trial"]),
+        "rung": row.get("rung"),
+        "metrics": {o.name: row.get(o.name) for o in metrics_of(parent)},
+        "files": {k: str(v) for k, v in files.items()},
+    }
+    if not args.no_measure:
+        measured = measure_picked(files["model.onnx"], report["metrics"])
+        if measured:
+            report["latency_measured_ms"] = measured
+    if args.register:
+        report["registered"] = register_model(
+            uri, row["run_id"], files["model.onnx"], args.register, args.alias
+        )
+    print(json.dumps(report, indent=2, default=str))
+    return 0

@@ -1,0 +1,85 @@
+"""``frontier search``: run a compression search from a config, locally or on Ray."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .._config import parse_overrides
+from .._engine import Search
+from .._registries import backend_names
+from ._common import CONFIG_HELP, add_tracking_uri, load
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("search", help="run a compression search (Optuna; local or Ray)")
+    p.add_argument("config", help=CONFIG_HELP)
+    p.add_argument("--trials", type=int, help="trial budget (default: the config's)")
+    p.add_argument("--backend", choices=backend_names(), help="where trials run")
+    p.add_argument("--address", help="Ray cluster address (implies --backend ray)")
+    p.add_argument("--workers", type=int, help="local worker processes (default 1)")
+    p.add_argument("--resume", action="store_true", help="continue this config's last search")
+    p.add_argument("--seed", type=int, help="override search.seed")
+    add_tracking_uri(p, env=False)
+    p.add_argument("--storage", help="Optuna storage (a journal file path or a database URL)")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="a line per generation instead of a progress bar",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field, e.g. --set task.options.root=/data/imagenet "
+        "(repeatable; values read as YAML)",
+    )
+    p.set_defaults(func=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    config = load(args.config).override(
+        {
+            **parse_overrides(args.set),
+            "tracking.uri": args.tracking_uri,
+            "storage": args.storage,
+            "search.seed": args.seed,
+        }
+    )
+    search = Search(
+        config,
+        trials=args.trials,
+        backend=args.backend,
+        address=args.address,
+        workers=args.workers,
+        resume=args.resume,
+        progress="lines" if args.no_progress else True,
+    )
+    result = search.run()
+    failed = int((result.trials["state"] == "failed").sum()) if not result.trials.empty else 0
+    front = result.pareto.drop(columns=["run_id"], errors="ignore")
+    print(front.to_string(index=False) if not front.empty else "(no feasible model)")
+    experiment = config.tracking.experiment or config.name
+    print(
+        f"\nfront: {len(result.pareto)} models, hypervolume {result.hypervolume:.4f}, "
+        f"{len(result.trials)} trials ({failed} failed); MLflow run {result.mlflow_run_id}\n"
+        f"next: frontier pareto --experiment {experiment}   |   "
+        f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
+        "--export picked/"
+    )
+    saved = search.summary
+    if "promotion_saved_s" in saved:
+        top = max(search.timing.rung_s)
+        print(
+            f"promotion: {saved['rung0_evaluations']:.0f} trials, "
+            f"{saved[f'rung{top}_evaluations']:.0f} measured at the {search.evaluation.rungs[top]} "
+            f"rung; every trial there would have taken about {saved['top_rung_only_s']:.0f} s "
+            f"of evaluation, this search's took {saved['evaluation_s']:.0f} s "
+            f"(saved about {saved['promotion_saved_s']:.0f} s)"
+        )
+    miss = search.front.closest_miss()
+    if miss:
+        print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")
+    for note in search.evaluation.notes:
+        print(f"note: {note}")
+    return 0
