@@ -79,8 +79,8 @@ class EvalContext:
         """What distillation takes soft targets from: the task's ``soft_teacher()`` where
         it has one (the same logits, answered from a cache), else the teacher."""
         if self._soft_teacher is None:
-            found = getattr(self.task, "soft_teacher", None)
-            self._soft_teacher = found() if callable(found) else self.teacher
+            found = getattr(self.task, "soft_teacher", None)  # optional (Task's default)
+            self._soft_teacher = (found() if callable(found) else None) or self.teacher
         return self._soft_teacher
 
     def calibration(self) -> list[Any]:

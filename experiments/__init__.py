@@ -13,7 +13,6 @@ from ._digits import (
     Recipe,
     SwishBeta,
     cache_dir,
-    evaluate,
     load_digits_splits,
     train_classifier,
 )
@@ -30,6 +29,7 @@ from ._tasks import (
     task_names,
 )
 from ._text import TextRecipe, TextTask, load_bert, read_corpus, tokenize, train_text_model
+from ._training import evaluate, fit, progress_bar
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -58,10 +58,12 @@ __all__ = [
     "builtin_configs",
     "cache_dir",
     "evaluate",
+    "fit",
     "load_bert",
     "load_digits_splits",
     "load_idx_split",
     "load_weights",
+    "progress_bar",
     "read_corpus",
     "read_idx",
     "register_task",

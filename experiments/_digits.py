@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
 
 from ._tasks import Loaders, Task, TaskError, register_task
+from ._training import fit
 
 logger = logging.getLogger(__name__)
 
@@ -99,19 +100,6 @@ def load_digits_splits(seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Ten
     }
 
 
-def evaluate(model: nn.Module, loader: DataLoader[Any]) -> float:
-    """Top-1 accuracy of ``model`` over ``loader``."""
-    was_training = model.training
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for x, y in loader:
-            correct += int((model(x).argmax(dim=-1) == y).sum())
-            total += len(y)
-    model.train(was_training)
-    return correct / max(total, 1)
-
-
 def train_classifier(model: nn.Module, loaders: Loaders, recipe: Recipe) -> float:
     """Train with AdamW and label-smoothed cross-entropy; keep the best validation epoch.
 
@@ -120,24 +108,16 @@ def train_classifier(model: nn.Module, loaders: Loaders, recipe: Recipe) -> floa
     """
     torch.manual_seed(recipe.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
-    best_acc, best_state = -1.0, None
-    for _ in range(recipe.epochs):
-        model.train()
-        for x, y in loaders.train:
-            opt.zero_grad()
-            loss_fn(model(x), y).backward()
-            opt.step()
-        sched.step()
-        acc = evaluate(model, loaders.val)
-        if acc > best_acc:
-            best_acc = acc
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return best_acc
+    return fit(
+        model,
+        lambda epoch: loaders.train,
+        loaders.val,
+        epochs=recipe.epochs,
+        opt=opt,
+        loss_fn=nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing),
+        sched=torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs),
+        sched_per="epoch",
+    )
 
 
 class SwishBeta(nn.Module):

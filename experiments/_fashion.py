@@ -25,10 +25,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ._digits import cache_dir, evaluate, load_or_train
+from ._digits import cache_dir, load_or_train
 from ._efficientnet import lite0_for
 from ._idx import FASHION_MNIST_CLASSES, FASHION_MNIST_ROOT, load_idx_split
 from ._tasks import Loaders, Task, TaskError, register_task
+from ._training import evaluate, fit, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -147,72 +148,30 @@ def train_idx_model(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=recipe.lr, total_steps=recipe.epochs * steps_per_epoch
     )
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
     model.to(memory_format=torch.channels_last)
-    val = DataLoader(TensorDataset(*data["val"]), batch_size=512)
-    best, best_state = -1.0, None
     start = time.perf_counter()
-    bar = _bar(recipe.epochs * steps_per_epoch, label)
-    for epoch in range(recipe.epochs):
-        model.train()
+
+    def batches(epoch: int) -> Any:
         order = torch.randperm(len(x), generator=gen)
         for i in range(steps_per_epoch):
             idx = order[i * recipe.batch_size : (i + 1) * recipe.batch_size]
-            opt.zero_grad()
-            batch = _augment(x[idx], gen).contiguous(memory_format=torch.channels_last)
-            loss_fn(model(batch), y[idx]).backward()
-            opt.step()
-            sched.step()
-            bar(epoch * steps_per_epoch + i + 1)
-        acc = evaluate(model, val)
-        print(
-            f"{label}: epoch {epoch + 1}/{recipe.epochs}, validation accuracy {acc:.4f}, "
-            f"{time.perf_counter() - start:.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        if acc > best:
-            best = acc
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            yield _augment(x[idx], gen).contiguous(memory_format=torch.channels_last), y[idx]
+
+    best = fit(
+        model,
+        batches,
+        DataLoader(TensorDataset(*data["val"]), batch_size=512),
+        epochs=recipe.epochs,
+        opt=opt,
+        loss_fn=nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing),
+        sched=sched,
+        progress=progress_bar(recipe.epochs * steps_per_epoch, label),
+        label=label,
+    )
     model.to(memory_format=torch.contiguous_format)
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
     train_s = time.perf_counter() - start
     test = evaluate(model, DataLoader(TensorDataset(*data["test"]), batch_size=512))
     return {"val_accuracy": best, "test_accuracy": test, "train_s": train_s}
-
-
-def _bar(total: int, label: str) -> Any:
-    """``update(done)``: a rich bar on a terminal; elsewhere (a log, CI) a line at every
-    tenth of the steps with the time spent and the time left."""
-    if not sys.stderr.isatty():
-        start = time.perf_counter()
-        marks = {max(1, round(total * k / 10)) for k in range(1, 10)}
-
-        def log(done: int) -> None:
-            if done in marks:
-                spent = time.perf_counter() - start
-                print(
-                    f"{label or 'training'}: {done}/{total} steps, {spent:.0f} s, "
-                    f"about {spent * (total - done) / done:.0f} s left",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-        return log
-    from rich.progress import Progress
-
-    progress = Progress(transient=True)
-    task = progress.add_task(label or "training", total=total)
-    progress.start()
-
-    def update(done: int) -> None:
-        progress.update(task, completed=done)
-        if done >= total:
-            progress.stop()
-
-    return update
 
 
 @register_task("fashion-mnist")

@@ -34,7 +34,10 @@ class Task(ABC):
 
     Subclass it (or return any object with these methods from a builder function) and
     register it with ``@register_task("name")``, or name a builder in a config as
-    ``my_pkg.tasks:build``.
+    ``my_pkg.tasks:build``. Required: ``loaders``, ``baseline``, ``example_inputs``;
+    optional hooks with defaults: ``metric``, ``calibration_batches``, ``limitations``,
+    ``soft_teacher`` and ``trained`` (an object that is not a ``Task`` gets the same
+    defaults where it lacks one).
     """
 
     name: str = "task"
@@ -55,6 +58,23 @@ class Task(ABC):
     def metric(self, logits: torch.Tensor, targets: torch.Tensor) -> float:
         """Top-1 accuracy by default."""
         return float((logits.argmax(dim=-1) == targets).float().mean())
+
+    @property
+    def trained(self) -> bool:
+        """False for a model that is not trained: the search then scores at the proxy
+        rung only (fine-tuning an untrained model says nothing). A subclass may set
+        ``trained = False``."""
+        return True
+
+    def limitations(self) -> list[str]:
+        """Lines the search prints and records before it starts: what this task's
+        numbers cannot tell (none by default)."""
+        return []
+
+    def soft_teacher(self) -> nn.Module | None:
+        """What distillation takes soft targets from, when not ``baseline()`` (a cache
+        of its logits, say); None: the baseline itself."""
+        return None
 
     def calibration_batches(self, *, batches: int = 4, batch_size: int = 128) -> list[Any]:
         """A few training batches for activation-range calibration."""

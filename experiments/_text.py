@@ -28,9 +28,9 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from frontier.spaces import TextTransformer, TransformerShape
 
-from ._digits import cache_dir, evaluate, load_or_train
-from ._fashion import _bar
+from ._digits import cache_dir, load_or_train
 from ._tasks import Loaders, Task, TaskError, register_task
+from ._training import evaluate, fit, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -289,35 +289,19 @@ def train_text_model(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup)))
     )
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
-    val = DataLoader(TensorDataset(*data["val"]), batch_size=256, collate_fn=trim)
-    best, best_state = -1.0, None
     start = time.perf_counter()
-    bar = _bar(total, label)
-    step = 0
-    for epoch in range(recipe.epochs):
-        model.train()
-        for x, y in train:
-            opt.zero_grad()
-            loss_fn(model(x), y).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            step += 1
-            bar(step)
-        acc = evaluate(model, val)
-        print(
-            f"{label}: epoch {epoch + 1}/{recipe.epochs}, validation accuracy {acc:.4f}, "
-            f"{time.perf_counter() - start:.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        if acc > best:
-            best = acc
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
+    best = fit(
+        model,
+        lambda epoch: train,
+        DataLoader(TensorDataset(*data["val"]), batch_size=256, collate_fn=trim),
+        epochs=recipe.epochs,
+        opt=opt,
+        loss_fn=nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing),
+        sched=sched,
+        clip_norm=1.0,
+        progress=progress_bar(total, label),
+        label=label,
+    )
     train_s = time.perf_counter() - start
     test = evaluate(
         model, DataLoader(TensorDataset(*data["test"]), batch_size=256, collate_fn=trim)

@@ -104,7 +104,7 @@ class Evaluation:
         self._val_labels: list[Any] = []  # the targets that accuracy was measured on
         self.warnings: list[str] = []
         #: what this search cannot measure (an untrained task), printed and recorded
-        self.notes: list[str] = list(getattr(self.task, "limitations", list)())
+        self.notes: list[str] = list(getattr(self.task, "limitations", list)())  # optional hook
         if check_teacher:
             self._check_teacher()
         with warnings.catch_warnings(record=True) as caught:

@@ -64,9 +64,9 @@ def test_without_the_data_the_error_says_how_to_install_it(tmp_path: Path) -> No
 
 def test_training_progress_reaches_a_log(capsys) -> None:
     """Off a terminal (a log file, CI), long training still says how far it is."""
-    from frontier.experiments._fashion import _bar
+    from frontier.experiments import progress_bar
 
-    update = _bar(200, "baseline")
+    update = progress_bar(200, "baseline")
     for step in range(1, 201):
         update(step)
     lines = capsys.readouterr().err.splitlines()
