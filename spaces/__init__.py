@@ -32,13 +32,11 @@ from ._quant import calibrate, quant_bits
 from ._registry import Registry
 from ._space import (
     Dimension,
-    DistillOptions,
     LayerGroup,
     QuantLayer,
     SearchSpace,
     SkippedGroup,
     SpaceOptions,
-    SwapOptions,
     discover,
 )
 from ._students import (
@@ -150,3 +148,8 @@ __all__ = [
     "technique_names",
     "uniform_params",
 ]
+
+#: the names the distillation and activation-swap options had before they were the
+#: techniques themselves (``space.distill``, ``space.activation_swap`` still load)
+DistillOptions = Distill
+SwapOptions = SwapActivations

@@ -8,7 +8,7 @@ import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,10 +20,7 @@ from ._forward import SpaceError, check_forward, eval_mode
 from ._plan import (
     IMPORTANCE_CRITERIA,
     SUPPORTED_BITS,
-    SWAP_ACTIVATIONS,
-    ActivationSwap,
     CompressionPlan,
-    DistillSpec,
     PlanError,
     StudentSpec,
     check_bits,
@@ -46,54 +43,15 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class DistillOptions:
-    """The distillation dimensions of a space.
-
-    Args:
-        temperatures: temperatures to choose from.
-        alphas: distillation weights to choose from.
-        optional: whether "no distillation" is also a choice.
-    """
-
-    temperatures: tuple[float, ...] = (2.0, 4.0, 8.0)
-    alphas: tuple[float, ...] = (0.5, 0.9)
-    optional: bool = True
-
-    def __post_init__(self) -> None:
-        for t in self.temperatures:
-            DistillSpec(temperature=t)
-        for a in self.alphas:
-            DistillSpec(alpha=a)
-        if not self.temperatures or not self.alphas:
-            raise SpaceError("distill: temperatures and alphas must each list at least one value")
-
-
-@dataclass(frozen=True)
-class SwapOptions:
-    """An activation-swap dimension: keep the model's ``replace`` modules, or put one of
-    ``to`` in their place (a device that cannot run a custom activation runs these).
-
-    Args:
-        replace: the class name of the activation modules, e.g. ``SwishBeta``.
-        to: the activations to choose from besides keeping them.
-    """
-
-    replace: str
-    to: tuple[str, ...] = SWAP_ACTIVATIONS
-
-    def __post_init__(self) -> None:
-        if not self.to:
-            raise SpaceError("activation_swap.to must list at least one activation")
-        for name in self.to:
-            try:
-                ActivationSwap(self.replace, name)
-            except PlanError as err:
-                raise SpaceError(f"activation_swap: {err}") from None
-
-
-@dataclass(frozen=True)
 class SpaceOptions:
     """How a space is built from a model. Every field has a sensible default.
+
+    Every technique is configured under ``techniques`` by its registered name, the
+    built-ins included: ``prune`` (``ratios``), ``quantize`` (``weight_bits``,
+    ``act_bits``), ``sparsity`` (``shares``), ``distill`` (``temperatures``,
+    ``alphas``, ``optional``) and ``activation_swap`` (``replace``, ``to``). The
+    built-ins' entries land in the fields below (the older way to write them, still
+    read); ``techniques`` keeps the other techniques.
 
     Args:
         prune_ratios: the ratio grid each prunable group (or tie) chooses from.
@@ -126,17 +84,25 @@ class SpaceOptions:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     ties: Mapping[str, str] = field(default_factory=dict)
-    distill: DistillOptions | None = None
+    distill: Distill | None = None
     students: tuple[StudentSpec, ...] = ()
-    activation_swap: SwapOptions | None = None
+    activation_swap: SwapActivations | None = None
     techniques: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        others: dict[str, Mapping[str, Any]] = {}
         for name, options in self.techniques.items():
             try:
-                build_technique(name, options)
+                technique = build_technique(name, options)
             except PlanError as err:
                 raise SpaceError(f"techniques.{name}: {err}") from None
+            if name in _BUILT_IN:
+                self._set_built_in(name, technique)
+            else:
+                others[name] = options
+        object.__setattr__(self, "techniques", others)
+        if self.activation_swap is not None and not self.activation_swap.replace:
+            raise SpaceError("activation_swap.replace: name the activation's class, e.g. SwishBeta")
         if not self.prune_ratios:
             raise SpaceError("prune_ratios must list at least one ratio, e.g. [0.0, 0.5]")
         for r in self.prune_ratios:
@@ -162,6 +128,35 @@ class SpaceOptions:
                 _compile(kind, pattern)
         for name, pattern in self.ties.items():
             _compile(f"ties.{name}", pattern)
+
+    def _set_built_in(self, name: str, technique: Technique) -> None:
+        """Put a built-in technique's options from ``techniques`` in their fields;
+        the same options written both ways must agree."""
+        data: Any = technique  # a dataclass, as every technique is
+        lists = {f.name: getattr(data, f.name) for f in fields(data)}
+        whole = replace(data, **{k: tuple(v) for k, v in lists.items() if isinstance(v, list)})
+        values = {
+            field_name: tuple(getattr(technique, attr)) if attr else whole
+            for field_name, attr in _BUILT_IN[name].items()
+        }
+        for field_name, value in values.items():
+            given = getattr(self, field_name)
+            default = SpaceOptions.__dataclass_fields__[field_name].default
+            if given != default and given != value:
+                raise SpaceError(
+                    f"{field_name} and techniques.{name} disagree; keep techniques.{name}"
+                )
+            object.__setattr__(self, field_name, value)
+
+
+#: built-in technique -> {SpaceOptions field: the technique's option ("": the technique)}
+_BUILT_IN: dict[str, dict[str, str]] = {
+    "prune": {"prune_ratios": "ratios"},
+    "quantize": {"weight_bits": "weight_bits", "act_bits": "act_bits"},
+    "sparsity": {"sparsity": "shares"},
+    "distill": {"distill": ""},
+    "activation_swap": {"activation_swap": ""},
+}
 
 
 def _compile(field_name: str, pattern: str) -> re.Pattern[str]:
@@ -267,10 +262,9 @@ class SearchSpace:
             Sparsity(shares=o.sparsity),
         ]
         if o.distill is not None:
-            d = o.distill
-            found.append(Distill(d.temperatures, d.alphas, d.optional))
+            found.append(o.distill)
         if o.activation_swap is not None:
-            found.append(SwapActivations(o.activation_swap.replace, o.activation_swap.to))
+            found.append(o.activation_swap)
         found += [build_technique(name, opts) for name, opts in o.techniques.items()]
         return [t for t in found if scope is None or t.scope == scope]
 

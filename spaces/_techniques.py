@@ -19,6 +19,8 @@ from torch import nn
 
 from ._dims import Dimension, QuantLayer, SpaceView
 from ._plan import (
+    SUPPORTED_BITS,
+    SWAP_ACTIVATIONS,
     TECHNIQUES,
     ActivationSwap,
     CompressionPlan,
@@ -26,6 +28,7 @@ from ._plan import (
     PlanError,
     check_bits,
     check_names,
+    check_ratio,
 )
 from ._surgery import prune_model, swap_activations
 
@@ -157,11 +160,19 @@ def _layer_key(prefix: str, kind: str, name: str, tie: str | None) -> str:
     return f"{prefix}{kind}.{tie or name}"
 
 
+@register_technique("prune")
 @dataclass(frozen=True)
 class Prune(Technique):
-    """Structured pruning of each prunable channel group (``prune.GROUP``)."""
+    """Structured pruning of each prunable channel group (``prune.GROUP``), each
+    choosing a ratio of ``ratios``."""
 
-    ratios: tuple[float, ...] = (0.0,)
+    ratios: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+
+    def __post_init__(self) -> None:
+        if not self.ratios:
+            raise PlanError("ratios must list at least one ratio, e.g. [0.0, 0.5]")
+        for r in self.ratios:
+            check_ratio("ratios", r)
 
     order: ClassVar[int] = 20
 
@@ -200,6 +211,7 @@ class Prune(Technique):
         prune_model(model, plan, context.example_inputs)
 
 
+@register_technique("sparsity")
 @dataclass(frozen=True)
 class Sparsity(Technique):
     """Unstructured magnitude sparsity of each quantizable layer (``sparse.LAYER``): the
@@ -209,6 +221,12 @@ class Sparsity(Technique):
     shares: tuple[float, ...] = (0.0,)
 
     order: ClassVar[int] = 30
+
+    def __post_init__(self) -> None:
+        if not self.shares:
+            raise PlanError("shares must list at least one share, e.g. [0.0]")
+        for r in self.shares:
+            check_ratio("shares", r)
 
     def layer_dimensions(self, space: SpaceView, layer: QuantLayer) -> list[Dimension]:
         return _layer_dim(layer, "sparse", "sparsity", self.shares, min(self.shares))
@@ -236,13 +254,22 @@ class Sparsity(Technique):
             _quant.sparsify(modules[name], share)
 
 
+@register_technique("quantize")
 @dataclass(frozen=True)
 class Quantize(Technique):
     """Per-layer weight and input-activation bit widths (``wbits.LAYER``,
     ``abits.LAYER``), simulated with fake quantization; activation ranges calibrated."""
 
-    weight_bits: tuple[int, ...] = (32,)
-    act_bits: tuple[int, ...] = (32,)
+    weight_bits: tuple[int, ...] = (4, 8, 16, 32)
+    act_bits: tuple[int, ...] = (8, 32)
+
+    def __post_init__(self) -> None:
+        for kind in ("weight_bits", "act_bits"):
+            values = getattr(self, kind)
+            if not values:
+                raise PlanError(f"{kind} must list at least one bit width, e.g. [8, 32]")
+            for b in values:
+                check_bits(kind, b, SUPPORTED_BITS)
 
     order: ClassVar[int] = 40
 
@@ -301,13 +328,23 @@ class Quantize(Technique):
                 )
 
 
+@register_technique("activation_swap")
 @dataclass(frozen=True)
 class SwapActivations(Technique):
-    """Keep the model's ``replace`` activation modules, or put one of ``to`` in their
-    place (``activation``): a device that cannot run a custom activation runs these."""
+    """Keep the model's ``replace`` activation modules (a class name, ``SwishBeta``),
+    or put one of ``to`` in their place (``activation``): a device that cannot run a
+    custom activation runs these."""
 
     replace: str = ""
-    to: tuple[str, ...] = ()
+    to: tuple[str, ...] = SWAP_ACTIVATIONS
+
+    def __post_init__(self) -> None:
+        if not self.replace:
+            return  # applying a plan's swap needs no options
+        if not self.to:
+            raise PlanError("to must list at least one activation")
+        for name in self.to:
+            ActivationSwap(self.replace, name)
 
     scope: ClassVar[str] = "model"
     order: ClassVar[int] = 10
@@ -334,6 +371,7 @@ class SwapActivations(Technique):
             swap_activations(model, plan.activation)
 
 
+@register_technique("distill")
 @dataclass(frozen=True)
 class Distill(Technique):
     """Knowledge distillation from the uncompressed model while fine-tuning: on or off

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from frontier.search._anchors import anchor_params, uniform_grid
-from frontier.spaces import CompressionPlan, SpaceOptions, SwapOptions, discover
+from frontier.spaces import CompressionPlan, SpaceOptions, SwapActivations, discover
 
 
 class _Swish(nn.Module):
@@ -44,7 +44,7 @@ def test_anchors_are_uniform_plans_at_each_bit_width() -> None:
 
 
 def test_anchors_try_every_activation_choice() -> None:
-    space = _space(activation_swap=SwapOptions("_Swish"))
+    space = _space(activation_swap=SwapActivations("_Swish"))
     plans = [space.suggest(_Fixed(p)) for p in anchor_params(space)]
     swaps = [p.activation.to if p.activation else "keep" for p in plans]
     assert {s: swaps.count(s) for s in set(swaps)} == {"keep": 6, "relu": 6, "hardswish": 6}

@@ -10,6 +10,42 @@ def test_builtin_config_by_name() -> None:
     assert config.space.round_to == 8
 
 
+def test_built_in_techniques_are_configured_under_techniques_and_the_old_keys_still_load() -> None:
+    new = parse_config(
+        {
+            "space": {
+                "techniques": {
+                    "prune": {"ratios": [0.0, 0.5]},
+                    "quantize": {"weight_bits": [8, 32]},
+                    "sparsity": {"shares": [0.0, 0.5]},
+                    "distill": {"temperatures": [2.0], "alphas": [0.5]},
+                    "activation_swap": {"replace": "SwishBeta"},
+                }
+            }
+        }
+    ).space
+    old = parse_config(
+        {
+            "space": {
+                "prune_ratios": [0.0, 0.5],
+                "weight_bits": [8, 32],
+                "sparsity": [0.0, 0.5],
+                "distill": {"temperatures": [2.0], "alphas": [0.5]},
+                "activation_swap": {"replace": "SwishBeta"},
+            }
+        }
+    ).space
+    assert new == old and new.techniques == {}  # only registered extras stay there
+    assert [type(t).__name__ for t in (new.distill, new.activation_swap)] == [
+        "Distill",
+        "SwapActivations",
+    ]
+    with pytest.raises(ConfigError, match="prune_ratios and techniques.prune disagree"):
+        parse_config({"space": {"prune_ratios": [0.0, 0.25], "techniques": {"prune": {}}}})
+    with pytest.raises(ConfigError, match=r"techniques.quantize: weight_bits: .*got 12"):
+        parse_config({"space": {"techniques": {"quantize": {"weight_bits": [12]}}}})
+
+
 def test_unknown_name_lists_builtins() -> None:
     with pytest.raises(ConfigError, match="built-in: .*digits-mcu"):
         load_config("digits-mcx")
@@ -45,7 +81,7 @@ def test_unknown_name_lists_builtins() -> None:
         ("devices:\n  - {name: npu}\n", "devices.0.derived.like: Field required"),
         (
             "space:\n  activation_swap: {replace: Swish, to: [gelu]}\n",
-            "space.activation_swap: activation_swap: activation.to must be one of ['relu', 'hardswish'], got 'gelu'",
+            "space.activation_swap: activation.to must be one of ['relu', 'hardswish'], got 'gelu'",
         ),
     ],
     ids=[

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from frontier.spaces import (
-    DistillOptions,
+    Distill,
     PlanError,
     SpaceError,
     SpaceOptions,
@@ -86,7 +86,7 @@ def test_include_and_exclude(small_cnn) -> None:
 
 def test_distill_and_student_dimensions(mlp) -> None:
     opts = SpaceOptions(
-        distill=DistillOptions(temperatures=(2.0, 4.0), alphas=(0.5,)),
+        distill=Distill(temperatures=(2.0, 4.0), alphas=(0.5,)),
         students=(StudentSpec("mlp", width_mult=0.25),),
     )
     space = discover(mlp, torch.randn(1, 64), opts)
@@ -147,10 +147,10 @@ def _swish_cnn() -> nn.Module:
 
 
 def test_activation_swap_is_a_dimension_that_replaces_the_modules() -> None:
-    from frontier.spaces import ActivationSwap, CompressionPlan, SwapOptions, apply_plan
+    from frontier.spaces import ActivationSwap, CompressionPlan, SwapActivations, apply_plan
 
     model, x = _swish_cnn(), torch.randn(2, 1, 8, 8)
-    space = discover(model, x, SpaceOptions(activation_swap=SwapOptions("_Swish")))
+    space = discover(model, x, SpaceOptions(activation_swap=SwapActivations("_Swish")))
     dim = next(d for d in space.dimensions() if d.name == "activation")
     assert dim.choices == ("keep", "relu", "hardswish")
     drawn = {space.sample(seed).activation for seed in range(30)}
@@ -164,10 +164,10 @@ def test_activation_swap_is_a_dimension_that_replaces_the_modules() -> None:
     assert swapped(x).shape == (2, 10)
     with pytest.raises(PlanError, match="activation.to: 'relu' is not among"):
         only_hs = discover(
-            model, x, SpaceOptions(activation_swap=SwapOptions("_Swish", ("hardswish",)))
+            model, x, SpaceOptions(activation_swap=SwapActivations("_Swish", ("hardswish",)))
         )
         only_hs.validate(CompressionPlan(activation=ActivationSwap("_Swish", "relu")))
     with pytest.raises(PlanError, match="activation.to must be one of"):
         ActivationSwap("_Swish", "gelu")
     with pytest.raises(SpaceError, match="has no 'Mish' module"):
-        discover(model, x, SpaceOptions(activation_swap=SwapOptions("Mish")))
+        discover(model, x, SpaceOptions(activation_swap=SwapActivations("Mish")))
