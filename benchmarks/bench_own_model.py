@@ -1,6 +1,6 @@
 """A user's own model with the default rungs: does the search find compressed models?
 
-Runs ``frontier search benchmarks/own_model/mnasnet.yaml`` exactly as the README's "Your
+Runs ``frontier search benchmarks/own_model/mnasnet.yaml`` exactly as docs/tasks.md's "Your
 own model" says (the task module on ``PYTHONPATH``, a fresh working directory, the
 user's baseline cache and device store), keeps its stderr as ``search.log``, then reads
 the front back with ``frontier pareto --format json --all``. A working directory that

@@ -143,7 +143,8 @@ def evaluator_names() -> list[str]:
 
 def build_evaluator(objective: str, **options: Any) -> Evaluator:
     """The evaluator of an objective name: ``accuracy``, ``size_bytes``, ``macs``,
-    ``bops``, ``latency_ms@DEVICE``, ``energy_mj@DEVICE``, ``co2e_g`` (see the README).
+    ``bops``, ``latency_ms@DEVICE``, ``energy_mj@DEVICE``, ``co2e_g``
+    (docs/search.md, "Objectives").
 
     Args:
         objective: the objective name, a device after ``@`` where it takes one.

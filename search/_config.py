@@ -214,7 +214,7 @@ class BackendSection(_Section):
     cpus_per_trial: float = Field(default=1.0, gt=0)
     gpus_per_trial: float = Field(default=0.0, ge=0)
     max_retries: int = Field(default=2, ge=0)
-    #: torch intra-op threads per trial (README, "Threads"); None keeps torch's default
+    #: torch intra-op threads per trial (docs/search.md, "Threads"); None keeps torch's default
     threads_per_trial: int | None = Field(default=1, ge=1)
 
     @field_validator("kind")

@@ -52,7 +52,7 @@ class TrialResult:
 def _torch_threads(threads: int | None) -> Iterator[None]:
     """Torch's intra-op threads set to ``threads`` (None: unchanged) for a block. A trial
     on more threads than it gets cores waits at every op's barrier for a descheduled
-    thread (README, "Threads")."""
+    thread (docs/search.md, "Threads")."""
     import torch
 
     before = torch.get_num_threads()

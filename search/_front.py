@@ -192,7 +192,7 @@ class SearchResult:
         study: the Optuna study (its storage holds every trial).
         mlflow_run_id: the parent run in MLflow.
         study_name: the study's name in the storage.
-        hypervolume: of the front, normalised by the baseline (see README).
+        hypervolume: of the front, normalised by the baseline (docs/search.md).
         trials: every finished trial with its values, rung, state and error.
     """
 

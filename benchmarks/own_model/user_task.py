@@ -1,4 +1,4 @@
-"""A task as a new user writes one from the README's "Your own model": torchvision's
+"""A task as a new user writes one from docs/tasks.md's "Your own model": torchvision's
 MNASNet 0.5 with a one-channel stem, trained here on Fashion-MNIST images padded to
 32x32 (the user's own data and model; no built-in task is used).
 

@@ -1,6 +1,6 @@
 """The search against real services started here, on loopback only: an MLflow tracking
-server on 127.0.0.1 and a Ray head node on 127.0.0.2 (DESIGN.md: Ray turns 127.0.0.1
-into the machine's network address)."""
+server on 127.0.0.1 and a Ray head node on 127.0.0.2 (docs/design.md: Ray turns
+127.0.0.1 into the machine's network address)."""
 
 from __future__ import annotations
 
