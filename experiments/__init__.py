@@ -14,6 +14,7 @@ from ._digits import (
     SwishBeta,
     cache_dir,
     load_digits_splits,
+    skip_training,
     train_classifier,
 )
 from ._fashion import IdxRecipe, IdxTask, adapt_model, train_idx_model
@@ -28,7 +29,8 @@ from ._tasks import (
     task_baseline,
     task_names,
 )
-from ._text import TextRecipe, TextTask, load_bert, read_corpus, tokenize, train_text_model
+from ._text import TextRecipe, TextTask, train_text_model
+from ._text_data import load_bert, read_corpus, tokenize
 from ._training import evaluate, fit, progress_bar
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -67,6 +69,7 @@ __all__ = [
     "read_corpus",
     "read_idx",
     "register_task",
+    "skip_training",
     "task_baseline",
     "task_names",
     "tokenize",

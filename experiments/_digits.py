@@ -37,12 +37,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "frontier")
 
 
+_UNTRAINED = {"on": False}
+
+
+def skip_training(skip: bool = True) -> None:
+    """While on, the built-in tasks build their baselines as initialised, neither trained
+    nor loaded from the cache: what measuring latency alone needs (a kernel's time does
+    not depend on weight values). Never for accuracy."""
+    _UNTRAINED["on"] = skip
+
+
 def load_or_train(
     model: nn.Module, path: Path, train: Callable[[nn.Module], dict[str, Any] | None]
 ) -> nn.Module:
     """``model`` with the weights cached at ``path``, or trained by ``train(model)`` and
     cached there (atomically; the figures ``train`` returns go in a ``.json`` beside it).
-    An unreadable cache file is retrained, with a warning. Returns the model in eval mode."""
+    An unreadable cache file is retrained, with a warning. Returns the model in eval mode
+    (untouched under ``skip_training``)."""
+    if _UNTRAINED["on"]:
+        return model.eval()
     if path.exists():
         try:
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

@@ -8,6 +8,9 @@ copied over::
 
 (or ``python -m frontier.latency_models.runner`` / ``frontier lut measure`` where
 Frontier is installed). Rerunning with the same ``--out`` skips what the file holds.
+
+One file of over 500 lines on purpose: it is copied to the device alone, so it cannot
+import the rest of the package.
 """
 
 from __future__ import annotations

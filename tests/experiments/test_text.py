@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from frontier.experiments import TaskError, build_task, load_bert, read_corpus, tokenize
-from frontier.experiments._text import LengthBatches, load_tokenizer, package_dir, trim
+from frontier.experiments._text import LengthBatches, trim
+from frontier.experiments._text_data import load_tokenizer, package_dir
 
 from .texts import TINY_BERT, bert_weights, write_bert, write_corpus
 
