@@ -36,11 +36,10 @@ class TrialRecord:
     state: str  # "complete" | "failed"
     rungs: dict[int, dict[str, float]] = field(default_factory=dict)
     error: str = ""
-    #: the MLflow run and what was last written there (the MLflow callback's)
+    #: the trial's run in the tracking store (set by the MLflow callback)
     run_id: str = ""
-    on_front: bool = False
-    exported_rung: int = -1
-    #: rung -> the scored model its job exported (driver memory only, not durable)
+    #: rung -> the scored model its job exported, for the callback that exports the
+    #: front (driver memory only, not durable)
     exports: dict[int, JobExport] = field(default_factory=dict, repr=False)
 
     @functools.cached_property

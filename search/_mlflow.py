@@ -86,6 +86,10 @@ class MlflowCallback(Callback):
         self.export_front = export_front
         self.plot_interval_s = plot_interval_s
         self.parent = ""
+        #: what MLflow was last told: the trials tagged on the front, and the rung whose
+        #: model each trial's run holds (-1: none)
+        self._on_front: set[int] = set()
+        self._exported: dict[int, int] = {}
         self.later = _Background()
         self._last_front_csv = ""
         self._last_plot = -float("inf")
@@ -119,8 +123,9 @@ class MlflowCallback(Callback):
                     self.on_promotion(search, rec, rung)
                 continue
             rec.run_id = found.run_id
-            rec.on_front = found.pareto
-            rec.exported_rung = found.exported_rung
+            if found.pareto:
+                self._on_front.add(rec.number)
+            self._exported[rec.number] = found.exported_rung
             for rung in sorted(r for r in rec.rungs if r > found.rung_index and r > 0):
                 self.on_promotion(search, rec, rung)
         self._retag(search)
@@ -156,11 +161,9 @@ class MlflowCallback(Callback):
         """Tag the trials that joined or left the front since the last tags; returns the
         front."""
         front = set(search.front.numbers())
-        was = {n for n, r in search.records.items() if r.on_front}
-        for n in front ^ was:
-            rec = search.records[n]
-            rec.on_front = n in front
-            self._tag_later(rec, {Tag.PARETO: str(n in front).lower()})
+        for n in front ^ self._on_front:
+            self._tag_later(search.records[n], {Tag.PARETO: str(n in front).lower()})
+        self._on_front = set(front)
         return front
 
     def on_generation(self, search: SearchView, final: bool) -> None:
@@ -281,10 +284,10 @@ class MlflowCallback(Callback):
         import shutil
         import tempfile
 
-        if rec.exported_rung == rec.rung:
+        if self._exported.get(rec.number, -1) == rec.rung:
             return
         tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
-        rec.exported_rung = exported = rec.rung  # tried once per rung, failed or not
+        self._exported[rec.number] = exported = rec.rung  # tried once per rung, failed or not
         # the job's own export where it made one; else fine-tune again (seeded) here
         job = rec.exports.get(rec.rung)
         rec.exports.clear()  # a lower rung's model is never written now
