@@ -28,7 +28,8 @@ def uniform_params(
 ) -> dict[str, Any]:
     """Trial parameters (``space.dimensions()`` names) of the uniform plan: every group
     at ``prune``, every layer at ``weight_bits``/``act_bits``, no sparsity, no
-    distillation, no student, the given activation choice."""
+    distillation, no student, the given activation choice; every other technique's
+    dimension at its uncompressed choice (``Dimension.uncompressed``)."""
     fixed = {"distill": False, "student": "none", "activation": activation}
     per_layer = {"prune": prune, "wbits": weight_bits, "abits": act_bits, "sparse": 0.0}
     params: dict[str, Any] = {}
@@ -36,5 +37,5 @@ def uniform_params(
         if "/" in d.name or d.name.startswith("distill."):
             continue  # student and distillation sub-choices do not apply
         want = fixed.get(d.name, per_layer.get(d.name.split(".")[0]))
-        params[d.name] = d.choices[0] if want is None else _closest(want, d.choices)
+        params[d.name] = d.uncompressed if want is None else _closest(want, d.choices)
     return params
