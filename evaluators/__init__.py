@@ -12,6 +12,7 @@ from ._accuracy import (
     distill,
     kd_loss,
     measure_accuracy,
+    measure_onnx_accuracy,
     proxy_signals,
 )
 from ._base import (
@@ -51,6 +52,7 @@ __all__ = [
     "evaluator_names",
     "kd_loss",
     "measure_accuracy",
+    "measure_onnx_accuracy",
     "proxy_signals",
     "register_evaluator",
 ]

@@ -87,6 +87,35 @@ def measure_accuracy(
     return weighted / max(total, 1)
 
 
+def measure_onnx_accuracy(path: Any, loader: Any, metric: Any = _top1) -> float:
+    """The task metric of an ONNX model (a file path) over ``loader``, each batch
+    weighted by its size, on ONNX Runtime's CPU provider. An input shorter than the
+    model's fixed shape (a text batch cut to its longest text) is padded with zeros,
+    the padding id."""
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    spec = session.get_inputs()[0]
+    total, weighted = 0, 0.0
+    for x, y in loader:
+        array = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        pad = [
+            (0, max(0, want - have)) if isinstance(want, int) and i > 0 else (0, 0)
+            for i, (want, have) in enumerate(zip(spec.shape, array.shape, strict=True))
+        ]
+        if any(after for _, after in pad):
+            array = np.pad(array, pad)
+        logits = torch.from_numpy(session.run(None, {spec.name: array})[0])
+        if not bool(torch.isfinite(logits).all()):
+            raise EvaluationError(f"{path}: the model's outputs are not finite (NaN or inf)")
+        weighted += metric(logits, y) * len(y)
+        total += len(y)
+    return weighted / max(total, 1)
+
+
 def _first(loader: Any, samples: int | None) -> Any:
     """The batches of ``loader`` up to ``samples`` samples (the last one cut), or the
     loader itself when ``samples`` is None."""
@@ -200,8 +229,9 @@ class AccuracyEvaluator(Evaluator):
 
     - ``proxy``: no training; the ``signal`` of ``proxy_signals`` on a validation batch.
     - ``short``: ``steps`` steps of distillation fine-tuning, then validation accuracy.
-    - ``full``: distillation to convergence with early stopping on validation, then test
-      accuracy.
+    - ``full``: distillation to convergence with early stopping on validation, then
+      validation accuracy. No rung reads the test split: it only reports
+      (``measure_onnx_accuracy`` on a front member's model at the end of a search).
 
     Temperature and alpha come from the plan's distillation settings; a plan without
     them fine-tunes on cross-entropy alone (alpha 0), unless ``temperature``/``alpha``
@@ -304,8 +334,10 @@ class AccuracyEvaluator(Evaluator):
                 patience=self.patience,
                 eval_every=epoch,
             )
-            value = measure_accuracy(student, loaders.test, context.task.metric)
-            split = "test"
+            # the test split only reports (a front member, once, at the end of a search):
+            # what chooses models never reads it
+            value = measure_accuracy(student, loaders.val, context.task.metric)
+            split = "val"
         details = {
             "split": split,
             "steps": len(losses),

@@ -274,6 +274,17 @@ class Evaluation:
             result = self._export_model(model, plan, Path(tmp) / "model.onnx")
             return result.path.read_bytes(), result.precision
 
+    def reports_test(self) -> bool:
+        """Whether a search reports test accuracy (accuracy searched on a trained model)."""
+        return ACCURACY in self.metrics and self.rungs != ["proxy"]
+
+    def test_accuracy(self, onnx_path: Path) -> float:
+        """The task metric of an exported model on the test split: reporting only, never
+        read by what chooses models."""
+        from frontier.evaluators import measure_onnx_accuracy
+
+        return measure_onnx_accuracy(onnx_path, self.task.loaders().test, self.task.metric)
+
     def baseline(self) -> dict[str, float]:
         """Every metric of the uncompressed model (accuracy: the teacher's validation
         accuracy), the scale that hypervolume is normalised by."""

@@ -7,7 +7,10 @@ tracking store; torch work (exporting a front member) stays on the driver's thre
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +23,7 @@ from ._callbacks import Callback
 from ._log import logger
 from ._pareto import REFERENCE, Objective
 from ._storage import RUN_ATTR
-from ._tracking import MODEL_FILE, PLAN_FILE, Tag, Tracker
+from ._tracking import MODEL_FILE, PLAN_FILE, TEST_METRIC, Tag, Tracker, download
 from ._view import SearchView
 
 if TYPE_CHECKING:
@@ -90,6 +93,9 @@ class MlflowCallback(Callback):
         #: model each trial's run holds (-1: none)
         self._on_front: set[int] = set()
         self._exported: dict[int, int] = {}
+        #: each front member's exported model, kept to report its test accuracy at the end
+        self._models: dict[int, Path] = {}
+        self._models_dir: Path | None = None
         self.later = _Background()
         self._last_front_csv = ""
         self._last_plot = -float("inf")
@@ -163,6 +169,8 @@ class MlflowCallback(Callback):
         front = set(search.front.numbers())
         for n in front ^ self._on_front:
             self._tag_later(search.records[n], {Tag.PARETO: str(n in front).lower()})
+        for n in set(self._models) - front:  # off the front: its model is not reported
+            self._models.pop(n).unlink(missing_ok=True)
         self._on_front = set(front)
         return front
 
@@ -204,11 +212,54 @@ class MlflowCallback(Callback):
         if not self.parent:
             return  # never started
         self.later.drain()
+        if status == "FINISHED":
+            self._report_test(search)
+        if self._models_dir is not None:
+            shutil.rmtree(self._models_dir, ignore_errors=True)
         metrics = {**search.summary, "tracking_errors": len(self.later.errors)}
         self.tracker.log_metrics(self.parent, metrics, step=search.generation)
         self.tracker.finish(self.parent, status)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _dir(self) -> Path:
+        if self._models_dir is None:
+            self._models_dir = Path(tempfile.mkdtemp(prefix="frontier-front-"))
+        return self._models_dir
+
+    def _keep_model(self, number: int, path: Path) -> None:
+        kept = self._dir() / f"trial-{number}.onnx"
+        shutil.copyfile(path, kept)
+        self._models[number] = kept
+
+    def _report_test(self, search: SearchView) -> None:
+        """Each final front member's test accuracy (``accuracy_test``), measured once on
+        the model it exported: reported, never read by the search or a pick rule."""
+        ev = search.evaluation
+        if not ev.reports_test():
+            return
+        members = sorted(search.front.numbers())
+        for n in members:  # exported before a resume: read back from MLflow
+            if n not in self._models and self._exported.get(n, -1) >= 0:
+                with contextlib.suppress(Exception):
+                    got = download(self.uri, search.records[n].run_id, self._dir() / f"{n}")
+                    self._models[n] = got[MODEL_FILE]
+        members = [n for n in members if n in self._models]
+        if not members:
+            return
+        logger.info(
+            "test split of %d front members (reported only: models are chosen on validation)",
+            len(members),
+        )
+        for n in members:
+            rec = search.records[n]
+            try:
+                value = ev.test_accuracy(self._models[n])
+            except Exception as err:  # a report that fails costs the search nothing
+                logger.warning("trial %d: test accuracy not measured (%s)", n, err)
+                continue
+            logger.info("trial %d: %s %.4f", n, TEST_METRIC, value)
+            self.tracker.log_metrics(rec.run_id, {TEST_METRIC: value})
+
     def _start_parent(self, search: SearchView) -> str:
         from importlib.metadata import version
 
@@ -281,9 +332,6 @@ class MlflowCallback(Callback):
 
     def _export(self, search: SearchView, rec: TrialRecord) -> None:
         """A front member's ONNX model (the one its accuracy was measured on) and plan."""
-        import shutil
-        import tempfile
-
         if self._exported.get(rec.number, -1) == rec.rung:
             return
         tmp = Path(tempfile.mkdtemp(prefix="frontier-export-"))
@@ -307,6 +355,7 @@ class MlflowCallback(Callback):
             self._tag_later(rec, {Tag.EXPORT_ERROR: error[:4000]})
             return
         (tmp / PLAN_FILE).write_text(search.evaluation.plan(rec.plan).to_json())
+        self._keep_model(rec.number, tmp / MODEL_FILE)
 
         def write() -> None:
             try:

@@ -16,7 +16,15 @@ import pandas as pd
 from ._config import Constraint
 from ._log import logger
 from ._pareto import Objective, pareto_mask
-from ._tracking import Tag, find_search, front_frame, metrics_of, resolve_uri, trial_params
+from ._tracking import (
+    TEST_METRIC,
+    Tag,
+    find_search,
+    front_frame,
+    metrics_of,
+    resolve_uri,
+    trial_params,
+)
 
 #: the columns of a front frame that are not metrics
 INFO_COLUMNS = ("run_id", "trial", "rung", "pareto", "state", "feasible")
@@ -57,6 +65,11 @@ def query_front(
         frame = front_on(frame, on, metrics_of(parent))
     baseline = json.loads(parent.data.tags.get(Tag.BASELINE, "{}"))
     for c in parse_where(where):
+        if c.objective == TEST_METRIC:
+            raise QueryError(
+                f"--where: {TEST_METRIC} reports the test split and never chooses a model; "
+                "filter on accuracy (the validation split the search chose by)"
+            )
         try:
             c = c.resolve(baseline)
         except ValueError as err:

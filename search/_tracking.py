@@ -17,6 +17,10 @@ import pandas as pd
 
 from ._pareto import Objective
 
+#: a front member's accuracy on the test split, logged at the end of a search: it
+#: reports, and nothing that chooses models reads it
+TEST_METRIC = "accuracy_test"
+
 
 class Tag:
     """Every ``frontier.*`` MLflow tag name, written by ``MlflowCallback`` and read back by

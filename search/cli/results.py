@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._results import measure_picked, query_front, register_model, sort_front, with_params
-from .._tracking import Tag, download, front_frame, metrics_of
+from .._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
 from ._common import UsageError, add_tracking_uri, tracking_uri
 
 WHERE_HELP = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"
@@ -123,6 +123,9 @@ def cmd_pick(args: argparse.Namespace) -> int:
         "metrics": {o.name: row.get(o.name) for o in metrics_of(parent)},
         "files": {k: str(v) for k, v in files.items()},
     }
+    test = row.get(TEST_METRIC)
+    if test is not None and test == test:  # measured at the end of the search (not NaN)
+        report[TEST_METRIC] = float(test)
     if not args.no_measure:
         measured = measure_picked(files["model.onnx"], report["metrics"])
         if measured:
