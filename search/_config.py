@@ -258,6 +258,8 @@ class TrackingSection(_Section):
     uri: str = "sqlite:///mlflow.db"
     experiment: str | None = None
     export_front: bool = True
+    #: at the end, time each front member on the devices measured here (local-cpu)
+    measure_front: bool = True
 
     @field_validator("uri")
     @classmethod

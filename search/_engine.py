@@ -32,8 +32,8 @@ from ._view import SearchAware
 def default_callbacks(config: Config, progress: bool | str = True) -> list[Callback]:
     """The search's own energy (CodeCarbon), MLflow tracking and progress output."""
     t = config.tracking
-    name, export = t.experiment or config.name, t.export_front
-    mlflow = MlflowCallback(uri=t.uri, experiment=name, export_front=export)
+    name, export, measure = t.experiment or config.name, t.export_front, t.measure_front
+    mlflow = MlflowCallback(uri=t.uri, experiment=name, export_front=export, measure_front=measure)
     return [Emissions(config.carbon.country_iso), mlflow, *progress_callbacks(progress)]
 
 

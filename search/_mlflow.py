@@ -23,7 +23,15 @@ from ._callbacks import Callback
 from ._log import logger
 from ._pareto import REFERENCE, Objective
 from ._storage import RUN_ATTR
-from ._tracking import MODEL_FILE, PLAN_FILE, TEST_METRIC, Tag, Tracker, download
+from ._tracking import (
+    MEASURED_PREFIX,
+    MODEL_FILE,
+    PLAN_FILE,
+    TEST_METRIC,
+    Tag,
+    Tracker,
+    download,
+)
 from ._view import SearchView
 
 if TYPE_CHECKING:
@@ -82,11 +90,13 @@ class MlflowCallback(Callback):
         uri: str,
         experiment: str,
         export_front: bool = True,
+        measure_front: bool = True,
         plot_interval_s: float = 20.0,
     ) -> None:
         self.uri = uri
         self.experiment = experiment
         self.export_front = export_front
+        self.measure_front = measure_front
         self.plot_interval_s = plot_interval_s
         self.parent = ""
         #: what MLflow was last told: the trials tagged on the front, and the rung whose
@@ -213,7 +223,7 @@ class MlflowCallback(Callback):
             return  # never started
         self.later.drain()
         if status == "FINISHED":
-            self._report_test(search)
+            self._report_front(search)
         if self._models_dir is not None:
             shutil.rmtree(self._models_dir, ignore_errors=True)
         metrics = {**search.summary, "tracking_errors": len(self.later.errors)}
@@ -231,34 +241,75 @@ class MlflowCallback(Callback):
         shutil.copyfile(path, kept)
         self._models[number] = kept
 
-    def _report_test(self, search: SearchView) -> None:
-        """Each final front member's test accuracy (``accuracy_test``), measured once on
-        the model it exported: reported, never read by the search or a pick rule."""
-        ev = search.evaluation
-        if not ev.reports_test():
+    def _report_front(self, search: SearchView) -> None:
+        """What the final front's exported models measure: each member's test accuracy
+        (``accuracy_test``: reported, never read by the search or a pick rule) and its
+        latency on each device measured here (``latency_measured_ms@DEVICE``, by the
+        timing protocol, beside the table's prediction; the median gap goes on the
+        parent run as ``latency_error@DEVICE``)."""
+        members = self._front_models(search)
+        if not members:
             return
+        ev = search.evaluation
+        if ev.reports_test():
+            logger.info(
+                "test split of %d front members (reported only: models are chosen on "
+                "validation)", len(members),
+            )  # fmt: skip
+            for n in members:
+                try:
+                    value = ev.test_accuracy(self._models[n])
+                except Exception as err:  # a report that fails costs the search nothing
+                    logger.warning("trial %d: test accuracy not measured (%s)", n, err)
+                    continue
+                logger.info("trial %d: %s %.4f", n, TEST_METRIC, value)
+                self.tracker.log_metrics(search.records[n].run_id, {TEST_METRIC: value})
+        for name in ev.metrics if self.measure_front else []:
+            metric, _, device = name.partition("@")
+            if metric == "latency_ms" and device:
+                self._measure_front(search, members, device)
+
+    def _front_models(self, search: SearchView) -> list[int]:
+        """The final front members with an exported model here (read back from MLflow
+        for a member exported before a resume)."""
         members = sorted(search.front.numbers())
-        for n in members:  # exported before a resume: read back from MLflow
+        for n in members:
             if n not in self._models and self._exported.get(n, -1) >= 0:
                 with contextlib.suppress(Exception):
                     got = download(self.uri, search.records[n].run_id, self._dir() / f"{n}")
                     self._models[n] = got[MODEL_FILE]
-        members = [n for n in members if n in self._models]
-        if not members:
+        return [n for n in members if n in self._models]
+
+    def _measure_front(self, search: SearchView, members: list[int], device: str) -> None:
+        from frontier.latency_models import local_threads, measure_models
+
+        threads = local_threads(device)
+        if threads is None:
+            return  # a remote device: its runner measures it
+        try:
+            measured = measure_models([self._models[n] for n in members], threads=threads)
+        except Exception as err:  # a report that fails costs the search nothing
+            logger.warning("front not measured on %s (%s)", device, err)
             return
-        logger.info(
-            "test split of %d front members (reported only: models are chosen on validation)",
-            len(members),
-        )
-        for n in members:
+        gaps = []
+        for n, ms in zip(members, measured, strict=True):
             rec = search.records[n]
-            try:
-                value = ev.test_accuracy(self._models[n])
-            except Exception as err:  # a report that fails costs the search nothing
-                logger.warning("trial %d: test accuracy not measured (%s)", n, err)
-                continue
-            logger.info("trial %d: %s %.4f", n, TEST_METRIC, value)
-            self.tracker.log_metrics(rec.run_id, {TEST_METRIC: value})
+            predicted = rec.values().get(f"latency_ms@{device}")
+            self.tracker.log_metrics(rec.run_id, {f"{MEASURED_PREFIX}{device}": ms})
+            if predicted:
+                gaps.append(abs(predicted / ms - 1))
+                off = " (off by more than 10%)" if gaps[-1] > 0.10 else ""
+                logger.info(
+                    "trial %d on %s: predicted %.4g ms, measured %.4g ms%s",
+                    n, device, predicted, ms, off,
+                )  # fmt: skip
+        if gaps:
+            median = float(np.median(gaps))
+            self.tracker.log_metrics(self.parent, {f"latency_error@{device}": median})
+            logger.info(
+                "%s: %d front members measured, median |predicted/measured - 1| %.1f%%",
+                device, len(gaps), 100 * median,
+            )  # fmt: skip
 
     def _start_parent(self, search: SearchView) -> str:
         from importlib.metadata import version

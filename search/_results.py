@@ -17,6 +17,7 @@ from ._config import Constraint
 from ._log import logger
 from ._pareto import Objective, pareto_mask
 from ._tracking import (
+    MEASURED_PREFIX,
     TEST_METRIC,
     Tag,
     find_search,
@@ -131,6 +132,23 @@ def with_params(frame: pd.DataFrame, uri: str, parent: Any, patterns: str) -> pd
     frame = frame.copy()
     for name in names:
         frame[name] = [params.get(run_id, {}).get(name, "") for run_id in frame["run_id"]]
+    return frame
+
+
+def latency_checks(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``pred/meas@DEVICE`` (predicted over measured latency) for each
+    device whose front members were measured at the end of the search; a ratio more than
+    10% from 1 is marked ``!``."""
+    frame = frame.copy()
+    for column in [c for c in frame.columns if c.startswith(MEASURED_PREFIX)]:
+        device = column.removeprefix(MEASURED_PREFIX)
+        predicted = f"latency_ms@{device}"
+        if predicted not in frame.columns:
+            continue
+        ratio = frame[predicted] / frame[column]
+        frame[f"pred/meas@{device}"] = [
+            "" if r != r else f"{r:.2f}" + (" !" if abs(r - 1) > 0.10 else "") for r in ratio
+        ]
     return frame
 
 

@@ -20,6 +20,9 @@ from ._pareto import Objective
 #: a front member's accuracy on the test split, logged at the end of a search: it
 #: reports, and nothing that chooses models reads it
 TEST_METRIC = "accuracy_test"
+#: + DEVICE: a front member's latency measured here at the end of a search, by the
+#: timing protocol, beside the table's ``latency_ms@DEVICE``
+MEASURED_PREFIX = "latency_measured_ms@"
 
 
 class Tag:

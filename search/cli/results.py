@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._results import measure_picked, query_front, register_model, sort_front, with_params
+from .._results import (
+    latency_checks,
+    measure_picked,
+    query_front,
+    register_model,
+    sort_front,
+    with_params,
+)
 from .._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
 from ._common import UsageError, add_tracking_uri, tracking_uri
 
@@ -71,7 +78,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             f"constraints {parent.data.tags.get(Tag.CONSTRAINTS, '[]')}"
         )
         hidden = [] if args.all else ["pareto", "state", "feasible"]
-        shown = frame.drop(columns=hidden, errors="ignore")
+        shown = latency_checks(frame).drop(columns=hidden, errors="ignore")
         print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
     return 0
 

@@ -4,6 +4,7 @@ front member's test accuracy is measured once, at the end, on the model it expor
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -41,7 +42,9 @@ def _search(write_config, task: str):
 
 
 def _logged_test(result) -> dict[int, float]:
-    client = MlflowClient(tracking_uri="sqlite:///mlflow.db")
+    client = MlflowClient(
+        tracking_uri=f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    )  # absolute: cached by URI
     runs = client.search_runs(
         [client.get_run(result.mlflow_run_id).info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{result.mlflow_run_id}'",
