@@ -8,11 +8,14 @@ driver, which asks, tells and writes MLflow; backends only move work.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ._config import Config
@@ -155,6 +158,7 @@ class RayBackend(Backend):
         address: a cluster's address (``ray://`` or ``HOST:PORT``); None starts a local
             Ray pinned to a loopback address.
         cpus_per_trial, gpus_per_trial, max_retries: per task.
+        modules: the user's modules (``shipped_modules``) sent with every task.
     """
 
     name = "ray"
@@ -168,12 +172,15 @@ class RayBackend(Backend):
         cpus_per_trial: float,
         gpus_per_trial: float,
         max_retries: int,
+        modules: Sequence[ModuleType] = (),
     ) -> None:
         import ray
 
         self._ray = ray
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if modules:  # the user's code, uploaded with the job: workers need not have it
+                kwargs["runtime_env"] = {"py_modules": [_source(m) for m in modules]}
             address = ray_address(address)
             if address:
                 check_ray_address(address)
@@ -235,7 +242,6 @@ def check_ray_address(address: str) -> None:
     would retry for minutes: nothing listens there, or the cluster wants a token this
     machine does not have."""
     import socket
-    from pathlib import Path
 
     if address == "auto":
         return  # Ray finds the cluster this machine started
@@ -294,4 +300,33 @@ def _ray(config: Config, evaluation: Evaluation) -> Backend:
         cpus_per_trial=b.cpus_per_trial,
         gpus_per_trial=b.gpus_per_trial,
         max_retries=b.max_retries,
+        modules=shipped_modules(config),
     )
+
+
+def shipped_modules(config: Config) -> list[ModuleType]:
+    """The user's own code a Ray worker needs, to upload with each task: the top-level
+    module or package of every ``plugins`` entry and of the task's ``module:builder``.
+    Installed code (site-packages) is the cluster's environment's to have, and is not
+    sent."""
+    names = list(config.plugins)
+    if ":" in config.task.name:
+        names.append(config.task.name.partition(":")[0])
+    out: list[ModuleType] = []
+    for name in dict.fromkeys(n.split(".")[0] for n in names):
+        module = importlib.import_module(name)
+        where = str(getattr(module, "__file__", None) or "")
+        installed = not where or any(p in Path(where).parts for p in INSTALLED)
+        if not installed and name != "frontier":
+            out.append(module)
+    return out
+
+
+def _source(module: ModuleType) -> str:
+    """A module's folder (a package) or file (one module), as Ray uploads it."""
+    paths = list(getattr(module, "__path__", []))
+    return str(paths[0] if paths else module.__file__)
+
+
+#: path parts of installed code, which a cluster's own environment provides
+INSTALLED = ("site-packages", "dist-packages")

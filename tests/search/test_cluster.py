@@ -206,3 +206,66 @@ def test_ray_cluster_search_survives_a_killed_worker(write_config, ray_head: str
     local = run(path, trials=8, progress=False)
     assert list(local.pareto.columns) == list(result.pareto.columns)
     assert list(local.trials.columns) == list(result.trials.columns)
+
+
+REMOTE_TASK = '''
+from frontier.experiments import build_task
+
+
+def build(model="mlp"):
+    """The digits task, from a module the cluster's workers do not have."""
+    return build_task("digits", model=model)
+'''
+
+REMOTE_TECHNIQUE = """
+from dataclasses import dataclass
+
+import torch
+
+from frontier.spaces import Dimension, Technique, register_technique
+
+
+@register_technique("bias-off-remote")
+@dataclass(frozen=True)
+class BiasOff(Technique):
+    choices: tuple = (False, True)
+
+    def layer_dimensions(self, space, layer):
+        if layer.kind != "Linear":
+            return []
+        return [Dimension(f"bias_off.{layer.name}", "zero bias", self.choices)]
+
+    def draw(self, space, choose, prefix=""):
+        names = [q.name for q in space.layers if q.kind == "Linear"]
+        zeroed = [n for n in names if choose(f"{prefix}bias_off.{n}", self.choices)]
+        return self.entry_field(sorted(zeroed) or None)
+
+    def apply(self, model, plan, context):
+        with torch.no_grad():
+            for name in self.entry(plan) or []:
+                model.get_submodule(name).bias.zero_()
+"""
+
+
+def test_the_users_task_and_technique_travel_to_the_cluster(
+    write_config, workdir: Path, ray_head: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head's workers were started without this folder on their path: the task module
+    and the plugin reach them with each task (Ray's runtime_env py_modules)."""
+    code = workdir / "code"
+    code.mkdir()
+    (code / "remote_task_mod.py").write_text(REMOTE_TASK)
+    (code / "remote_technique_mod.py").write_text(REMOTE_TECHNIQUE)
+    monkeypatch.syspath_prepend(str(code))  # the driver has them; the workers do not
+    path = write_config(
+        plugins=["remote_technique_mod"],
+        task={"name": "remote_task_mod:build", "options": {"model": "mlp"}},
+        space={"techniques": {"bias-off-remote": {}}},
+        objectives=["size_bytes"],
+        constraints=[],
+        search={"anchors": False, "seed": 1},
+    )
+    result = run(path, trials=4, address=ray_head, progress=False)
+    trials = result.study.trials
+    assert [t.state.name for t in trials].count("COMPLETE") == 4, result.trials.error.tolist()
+    assert any(t.user_attrs["plan"].get("techniques", {}).get("bias-off-remote") for t in trials)
