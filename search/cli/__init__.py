@@ -6,6 +6,7 @@ search), ``results`` (``pareto``, ``pick``), ``lut`` (device latency tables) and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130  # the search said how to continue; no traceback
+    except BrokenPipeError:  # `frontier ... | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 
