@@ -160,14 +160,22 @@ def test_local_validation_measures_by_the_protocol_the_table_was_measured_with(
     table, mlp_setup
 ) -> None:
     """``--measure local`` times the exported models as the runner timed the table's
-    validation models (the same protocol on the same machine): the two agree."""
+    validation models (the same protocol on the same machine): the two agree. The models
+    take microseconds and the two timings are minutes apart on a shared machine, so one
+    second measurement is allowed before the claim fails; both are reported."""
     _, model, x, space = mlp_setup
     stored = {e["seed"]: table.get(k) for k, e in table.models.items() if e["kind"] == "validation"}
-    report = validate(
-        LatencyModel(table), model=model, example_inputs=x, space=space, samples=3, measure="local"
-    )
-    for row in report.rows:
-        assert row["measured_ms"] == pytest.approx(stored[row["seed"]].median_ms, rel=0.5)
+    attempts = []
+    for _ in range(2):
+        report = validate(
+            LatencyModel(table), model=model, example_inputs=x, space=space, samples=3,
+            measure="local",
+        )  # fmt: skip
+        pairs = [(row["measured_ms"], stored[row["seed"]].median_ms) for row in report.rows]
+        attempts.append(", ".join(f"measured {m:.4g} vs stored {s:.4g} ms" for m, s in pairs))
+        if pairs and all(abs(m / s - 1) <= 0.5 for m, s in pairs):
+            return
+    pytest.fail("local and stored timings disagree by more than 50%: " + " | ".join(attempts))
 
 
 def _conv(cin: int, cout: int, hw: int) -> OpSpec:
