@@ -27,6 +27,7 @@ from ._tracking import (
     MEASURED_PREFIX,
     MODEL_FILE,
     PLAN_FILE,
+    PREDICTION_TOLERANCE,
     TEST_METRIC,
     Tag,
     Tracker,
@@ -298,7 +299,7 @@ class MlflowCallback(Callback):
             self.tracker.log_metrics(rec.run_id, {f"{MEASURED_PREFIX}{device}": ms})
             if predicted:
                 gaps.append(abs(predicted / ms - 1))
-                off = " (off by more than 10%)" if gaps[-1] > 0.10 else ""
+                off = " (off by more than 10%)" if gaps[-1] > PREDICTION_TOLERANCE else ""
                 logger.info(
                     "trial %d on %s: predicted %.4g ms, measured %.4g ms%s",
                     n, device, predicted, ms, off,

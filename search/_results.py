@@ -18,6 +18,7 @@ from ._log import logger
 from ._pareto import Objective, pareto_mask
 from ._tracking import (
     MEASURED_PREFIX,
+    PREDICTION_TOLERANCE,
     TEST_METRIC,
     Tag,
     find_search,
@@ -147,7 +148,8 @@ def latency_checks(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         ratio = frame[predicted] / frame[column]
         frame[f"pred/meas@{device}"] = [
-            "" if r != r else f"{r:.2f}" + (" !" if abs(r - 1) > 0.10 else "") for r in ratio
+            "" if r != r else f"{r:.2f}" + (" !" if abs(r - 1) > PREDICTION_TOLERANCE else "")
+            for r in ratio
         ]
     return frame
 
@@ -165,7 +167,7 @@ def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]
         if metric != "latency_ms" or threads is None:
             continue
         out[device] = measured = measure_local(onnx_path.read_bytes(), threads=threads)
-        if logged is not None and abs(float(logged) / measured - 1) > 0.10:
+        if logged is not None and abs(float(logged) / measured - 1) > PREDICTION_TOLERANCE:
             logger.warning(
                 "%s logged %.4g ms, measured here %.4g ms (%+.0f%%)",
                 name, float(logged), measured, (float(logged) / measured - 1) * 100,

@@ -23,6 +23,8 @@ TEST_METRIC = "accuracy_test"
 #: + DEVICE: a front member's latency measured here at the end of a search, by the
 #: timing protocol, beside the table's ``latency_ms@DEVICE``
 MEASURED_PREFIX = "latency_measured_ms@"
+#: a predicted latency further than this share from its measurement is flagged
+PREDICTION_TOLERANCE = 0.10
 
 
 class Tag:

@@ -53,6 +53,35 @@ def check_bits(field_name: str, bits: int, allowed: Iterable[int] = SUPPORTED_BI
         raise PlanError(f"{field_name}: bit width must be one of {list(allowed)}, got {bits!r}")
 
 
+def check_ratios(
+    field_name: str,
+    ratios: Iterable[float],
+    *,
+    noun: str = "ratio",
+    example: str = "[0.0, 0.5]",
+    error: type[ValueError] = PlanError,
+) -> None:
+    """Raise ``error`` unless ``ratios`` lists at least one ``noun``; PlanError unless
+    each is a ratio (``check_ratio``)."""
+    ratios = tuple(ratios)
+    if not ratios:
+        raise error(f"{field_name} must list at least one {noun}, e.g. {example}")
+    for r in ratios:
+        check_ratio(field_name, r)
+
+
+def check_bit_widths(
+    field_name: str, bits: Iterable[int], *, error: type[ValueError] = PlanError
+) -> None:
+    """Raise ``error`` unless ``bits`` lists at least one bit width; PlanError unless
+    each is a supported one (``check_bits``)."""
+    bits = tuple(bits)
+    if not bits:
+        raise error(f"{field_name} must list at least one bit width, e.g. [8, 32]")
+    for b in bits:
+        check_bits(field_name, b, SUPPORTED_BITS)
+
+
 @dataclass(frozen=True)
 class DistillSpec:
     """Knowledge-distillation settings of a plan.

@@ -19,12 +19,11 @@ from ._dims import Dimension, LayerGroup, QuantLayer, SkippedGroup
 from ._forward import SpaceError, check_forward, eval_mode
 from ._plan import (
     IMPORTANCE_CRITERIA,
-    SUPPORTED_BITS,
     CompressionPlan,
     PlanError,
     StudentSpec,
-    check_bits,
-    check_ratio,
+    check_bit_widths,
+    check_ratios,
 )
 from ._quant import channel_axis
 from ._students import build_student
@@ -103,20 +102,10 @@ class SpaceOptions:
         object.__setattr__(self, "techniques", others)
         if self.activation_swap is not None and not self.activation_swap.replace:
             raise SpaceError("activation_swap.replace: name the activation's class, e.g. SwishBeta")
-        if not self.prune_ratios:
-            raise SpaceError("prune_ratios must list at least one ratio, e.g. [0.0, 0.5]")
-        for r in self.prune_ratios:
-            check_ratio("prune_ratios", r)
-        if not self.sparsity:
-            raise SpaceError("sparsity must list at least one share, e.g. [0.0]")
-        for r in self.sparsity:
-            check_ratio("sparsity", r)
-        for kind in ("weight_bits", "act_bits"):
-            values = getattr(self, kind)
-            if not values:
-                raise SpaceError(f"{kind} must list at least one bit width, e.g. [8, 32]")
-            for b in values:
-                check_bits(kind, b, SUPPORTED_BITS)
+        check_ratios("prune_ratios", self.prune_ratios, error=SpaceError)
+        check_ratios("sparsity", self.sparsity, noun="share", example="[0.0]", error=SpaceError)
+        check_bit_widths("weight_bits", self.weight_bits, error=SpaceError)
+        check_bit_widths("act_bits", self.act_bits, error=SpaceError)
         if not isinstance(self.round_to, int) or self.round_to < 1:
             raise SpaceError(f"round_to must be an integer >= 1, got {self.round_to!r}")
         if self.importance not in IMPORTANCE_CRITERIA:
@@ -255,6 +244,11 @@ class SearchSpace:
         ``"layer"`` ones), in the order their choices are drawn: pruning, bit widths,
         sparsity, distillation, activation swap, then registered ones. They apply in
         their own ``order`` (``plan_techniques``)."""
+        return [t for t in self._techniques if scope is None or t.scope == scope]
+
+    @functools.cached_property
+    def _techniques(self) -> tuple[Technique, ...]:
+        """Built (and validated) once per space: every plan drawn reads them."""
         o = self.options
         found: list[Technique] = [
             Prune(ratios=o.prune_ratios),
@@ -266,7 +260,7 @@ class SearchSpace:
         if o.activation_swap is not None:
             found.append(o.activation_swap)
         found += [build_technique(name, opts) for name, opts in o.techniques.items()]
-        return [t for t in found if scope is None or t.scope == scope]
+        return tuple(found)
 
     # -- describing ------------------------------------------------------------------
     def own_dimensions(self) -> list[Dimension]:

@@ -19,16 +19,16 @@ from torch import nn
 
 from ._dims import Dimension, QuantLayer, SpaceView
 from ._plan import (
-    SUPPORTED_BITS,
     SWAP_ACTIVATIONS,
     TECHNIQUES,
     ActivationSwap,
     CompressionPlan,
     DistillSpec,
     PlanError,
+    check_bit_widths,
     check_bits,
     check_names,
-    check_ratio,
+    check_ratios,
 )
 from ._surgery import prune_model, swap_activations
 
@@ -169,10 +169,7 @@ class Prune(Technique):
     ratios: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 
     def __post_init__(self) -> None:
-        if not self.ratios:
-            raise PlanError("ratios must list at least one ratio, e.g. [0.0, 0.5]")
-        for r in self.ratios:
-            check_ratio("ratios", r)
+        check_ratios("ratios", self.ratios)
 
     order: ClassVar[int] = 20
 
@@ -223,10 +220,7 @@ class Sparsity(Technique):
     order: ClassVar[int] = 30
 
     def __post_init__(self) -> None:
-        if not self.shares:
-            raise PlanError("shares must list at least one share, e.g. [0.0]")
-        for r in self.shares:
-            check_ratio("shares", r)
+        check_ratios("shares", self.shares, noun="share", example="[0.0]")
 
     def layer_dimensions(self, space: SpaceView, layer: QuantLayer) -> list[Dimension]:
         return _layer_dim(layer, "sparse", "sparsity", self.shares, min(self.shares))
@@ -264,12 +258,8 @@ class Quantize(Technique):
     act_bits: tuple[int, ...] = (8, 32)
 
     def __post_init__(self) -> None:
-        for kind in ("weight_bits", "act_bits"):
-            values = getattr(self, kind)
-            if not values:
-                raise PlanError(f"{kind} must list at least one bit width, e.g. [8, 32]")
-            for b in values:
-                check_bits(kind, b, SUPPORTED_BITS)
+        check_bit_widths("weight_bits", self.weight_bits)
+        check_bit_widths("act_bits", self.act_bits)
 
     order: ClassVar[int] = 40
 

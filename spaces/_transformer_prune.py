@@ -26,7 +26,7 @@ from torch import nn
 
 from ._dims import Dimension, SpaceView
 from ._export import onnx_module_name
-from ._plan import CompressionPlan, PlanError, check_ratio
+from ._plan import CompressionPlan, PlanError, check_ratio, check_ratios
 from ._techniques import DROPPED, ApplyContext, Chooser, Technique, register_technique
 from ._transformer import EncoderLayer, keep_ffn, keep_heads
 
@@ -91,12 +91,9 @@ class TransformerPrune(Technique):
     order: ClassVar[int] = 25
 
     def __post_init__(self) -> None:
-        for field in ("head_ratios", "ffn_ratios"):
-            values = getattr(self, field)
-            if not values:
-                raise PlanError(f"{field} must list at least one ratio, e.g. [0.0, 0.5]")
-            for r in values:
-                check_ratio(field, r)  # below 1: layer-drop removes a whole layer
+        # ratios below 1: layer-drop is what removes a whole layer
+        check_ratios("head_ratios", self.head_ratios)
+        check_ratios("ffn_ratios", self.ffn_ratios)
 
     def dimensions(self, space: SpaceView) -> list[Dimension]:
         dims = []

@@ -21,6 +21,7 @@ import pytest
 
 from frontier.search import run
 from frontier.search.cli import main
+from tests.search.test_plugins import PLUGIN
 
 pytestmark = pytest.mark.slow
 
@@ -217,34 +218,9 @@ def build(model="mlp"):
     return build_task("digits", model=model)
 '''
 
-REMOTE_TECHNIQUE = """
-from dataclasses import dataclass
-
-import torch
-
-from frontier.spaces import Dimension, Technique, register_technique
-
-
-@register_technique("bias-off-remote")
-@dataclass(frozen=True)
-class BiasOff(Technique):
-    choices: tuple = (False, True)
-
-    def layer_dimensions(self, space, layer):
-        if layer.kind != "Linear":
-            return []
-        return [Dimension(f"bias_off.{layer.name}", "zero bias", self.choices)]
-
-    def draw(self, space, choose, prefix=""):
-        names = [q.name for q in space.layers if q.kind == "Linear"]
-        zeroed = [n for n in names if choose(f"{prefix}bias_off.{n}", self.choices)]
-        return self.entry_field(sorted(zeroed) or None)
-
-    def apply(self, model, plan, context):
-        with torch.no_grad():
-            for name in self.entry(plan) or []:
-                model.get_submodule(name).bias.zero_()
-"""
+#: the plugin technique of test_plugins, under a name of its own (this process may
+#: have registered that one)
+REMOTE_TECHNIQUE = PLUGIN.replace('"bias-off"', '"bias-off-remote"')
 
 
 def test_the_users_task_and_technique_travel_to_the_cluster(

@@ -18,7 +18,8 @@ from frontier.search import ConfigError, load_config, open_storage
 
 PLUGIN = textwrap.dedent(
     '''
-    """Per Linear layer: keep its bias or zero it. Records which process applied it."""
+    """Per Linear layer: keep its bias or zero it. Records which process applied it
+    where $BIAS_OFF_LOG names a file."""
     import os
     from dataclasses import dataclass
 
@@ -43,8 +44,9 @@ PLUGIN = textwrap.dedent(
             return self.entry_field(sorted(zeroed) or None)
 
         def apply(self, model, plan, context):
-            with open(os.environ["BIAS_OFF_LOG"], "a") as log:
-                log.write(f"{os.getpid()}\\n")
+            if "BIAS_OFF_LOG" in os.environ:
+                with open(os.environ["BIAS_OFF_LOG"], "a") as log:
+                    log.write(f"{os.getpid()}\\n")
             with torch.no_grad():
                 for name in self.entry(plan) or []:
                     model.get_submodule(name).bias.zero_()
