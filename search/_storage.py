@@ -3,6 +3,7 @@ driver's lock on it, its buffered writes, and rebuilding the records on resume."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def open_storage(url: str, *, single_writer: bool = False) -> Any:
     import optuna
 
     if _is_database(url):
-        return optuna.storages.RDBStorage(url)
+        return _database(url)
     path = Path(url.removeprefix("journal:")).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
@@ -105,6 +106,43 @@ def open_storage(url: str, *, single_writer: bool = False) -> Any:
     if single_writer:
         storage.flush = backend.flush  # type: ignore[attr-defined]
     return storage
+
+
+def _database(url: str, attempts: int = 5) -> Any:
+    """Optuna's storage in the database at ``url``. Drivers started at once against a
+    fresh database race to create its tables (the loser sees "already exists"): the
+    loser tries again once the winner's tables are there."""
+    import optuna
+    import sqlalchemy.exc
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except ModuleNotFoundError as err:
+            raise SearchError(
+                f"the study storage {_redacted(url)} needs the database's Python driver "
+                f"({err.name}); for PostgreSQL: pip install 'psycopg[binary]'"
+            ) from None
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == attempts:
+                raise
+            time.sleep(0.5 * attempt)
+        except sqlalchemy.exc.OperationalError as err:
+            raise SearchError(
+                f"cannot reach the study storage {_redacted(url)}: "
+                f"{str(err.orig).strip().splitlines()[0] if err.orig else err}"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url
 
 
 class BufferedJournal:
@@ -171,37 +209,68 @@ class StudyStore:
 
     def open(self, config_name: str, directions: list[Any], sampler: Any, *, resume: bool) -> Any:
         """The latest study of ``config_name`` (``resume``) or a new one, named after
-        the config (``NAME``, ``NAME-2``, ...)."""
+        the config (``NAME``, ``NAME-2``, ...). In a database the study is then held
+        by this driver (``_dbstudy``): read from memory, written at each flush."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        summaries = optuna.get_all_study_summaries(self.storage, include_best_trial=False)
-        mine = sorted(
-            (s for s in summaries if s.user_attrs.get(CONFIG_ATTR) == config_name),
-            key=lambda s: s._study_id,
-        )
-        if resume:
-            if not mine:
-                raise SearchError(
-                    f"nothing to resume: no study of config {config_name!r} in {self.url}"
+        while True:
+            name = self._name(config_name, resume)
+            try:
+                study = optuna.create_study(
+                    study_name=name,
+                    storage=self.storage,
+                    sampler=sampler,
+                    directions=directions,
+                    load_if_exists=resume,
                 )
-            name = mine[-1].study_name
-        else:
-            taken = {s.study_name for s in summaries}
-            name, k = config_name, 1
-            while name in taken:
-                k += 1
-                name = f"{config_name}-{k}"
-        study = optuna.create_study(
-            study_name=name,
-            storage=self.storage,
-            sampler=sampler,
-            directions=directions,
-            load_if_exists=resume,
-        )
+                break
+            except optuna.exceptions.DuplicatedStudyError:
+                continue  # another driver of this config took the name first
+        if _is_database(self.url):
+            study = self._hold(study, sampler)
         if not resume:
             study.set_user_attr(CONFIG_ATTR, config_name)
+            self.flush()
         return study
+
+    def _name(self, config_name: str, resume: bool) -> str:
+        import optuna
+
+        summaries = optuna.get_all_study_summaries(self.storage, include_best_trial=False)
+        if resume:
+            mine = sorted(
+                (s for s in summaries if s.user_attrs.get(CONFIG_ATTR) == config_name),
+                key=lambda s: s._study_id,
+            )
+            if not mine:
+                raise SearchError(
+                    f"nothing to resume: no study of config {config_name!r} in "
+                    f"{_redacted(self.url)}"
+                )
+            return mine[-1].study_name
+        taken = {s.study_name for s in summaries}
+        name, k = config_name, 1
+        while name in taken:
+            k += 1
+            name = f"{config_name}-{k}"
+        return name
+
+    def _hold(self, study: Any, sampler: Any) -> Any:
+        """``study`` locked for this driver and mirrored in memory."""
+        import optuna
+
+        from ._dbstudy import WriteBehindStudy, study_lock
+
+        self._lock = study_lock(self.url, study.study_name)
+        if self._lock is None:
+            raise SearchError(
+                f"another frontier search is running study {study.study_name!r} in "
+                f"{_redacted(self.url)}; wait for it to finish"
+            )
+        remote = self.storage
+        self.storage = WriteBehindStudy(remote, study._study_id)
+        return optuna.load_study(study_name=study.study_name, storage=self.storage, sampler=sampler)
 
     def tell(
         self, study: Any, trial: Any, plan: dict[str, Any], outcome: Any, front: Any
@@ -223,9 +292,16 @@ class StudyStore:
             trial.set_user_attr("values", outcome.values)
             trial.set_user_attr("fidelity", outcome.fidelity)
             trial.set_user_attr("eval_s", outcome.wall_s)
+            if outcome.node:
+                trial.set_user_attr("node", outcome.node)
             study.tell(trial, [outcome.values[o.name] for o in front.objectives])
             rec = TrialRecord(
-                trial.number, params, plan, "complete", rungs={0: dict(outcome.values)}
+                trial.number,
+                params,
+                plan,
+                "complete",
+                rungs={0: dict(outcome.values)},
+                node=outcome.node,
             )
         self.flush()  # the trial is on disk before anyone hears of it
         return rec
@@ -244,7 +320,8 @@ class StudyStore:
 
     def close(self) -> None:
         if self._lock is not None:
-            self._lock.release()
+            release = getattr(self._lock, "release", None) or self._lock.close
+            release()
             self._lock = None
 
 
@@ -266,7 +343,13 @@ def restore(study: Any) -> dict[int, TrialRecord]:
         if t.number in interrupted:
             continue
         if t.state == TrialState.COMPLETE:
-            rec = TrialRecord(t.number, t.params, t.user_attrs["plan"], "complete")
+            rec = TrialRecord(
+                t.number,
+                t.params,
+                t.user_attrs["plan"],
+                "complete",
+                node=t.user_attrs.get("node", ""),
+            )
             rec.rungs[0] = dict(t.user_attrs["values"])
             for r, vals in attrs.get(RUNG_ATTR + str(t.number), {}).items():
                 rec.rungs[int(r)] = dict(vals)

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,51 +20,17 @@ import pytest
 
 from frontier.search import run
 from frontier.search.cli import main
+from tests import services
 from tests.search.test_plugins import PLUGIN
+from tests.services import bin_path, free_port
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _bin(name: str) -> str:
-    found = Path(sys.executable).parent / name
-    return str(found) if found.exists() else (shutil.which(name) or name)
-
-
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    port = _free_port("127.0.0.1")
-    env = {**os.environ, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    proc = subprocess.Popen(
-        [
-            _bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-            "--artifacts-destination", str(tmp_path / "server-artifacts"),
-            "--workers", "1",
-        ],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        raise RuntimeError("mlflow server did not start in 90 s")
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
+    with services.mlflow_server(tmp_path / "mlflow") as url:
+        yield url
 
 
 def test_remote_tracking_server(write_config, workdir: Path, mlflow_server: str, capsys) -> None:
@@ -96,7 +61,7 @@ def test_local_ray_backend(write_config, workdir: Path) -> None:
 
     raytmp = Path(tempfile.mkdtemp(prefix="fr-ray-"))
     (raytmp / "ray").mkdir()
-    (raytmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.2:{_free_port('127.0.0.2')}")
+    (raytmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.2:{free_port('127.0.0.2')}")
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
            "RAY_TMPDIR": str(raytmp)}  # fmt: skip
     env.pop("RAY_ADDRESS", None)
@@ -113,7 +78,7 @@ def test_local_ray_backend(write_config, workdir: Path) -> None:
 
 def test_a_dead_ray_address_fails_fast(write_config, capsys) -> None:
     path = write_config()
-    address = f"127.0.0.2:{_free_port('127.0.0.2')}"  # nothing listens there
+    address = f"127.0.0.2:{free_port('127.0.0.2')}"  # nothing listens there
     start = time.monotonic()
     assert main(["search", str(path), "--address", address, "--no-progress"]) == 2
     assert time.monotonic() - start < 30
@@ -140,7 +105,7 @@ def test_a_missing_ray_token_says_how_to_give_one(
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port("127.0.0.2")
+    port = free_port("127.0.0.2")
     temp = tmp_path_factory.mktemp("ray")
     import secrets
 
@@ -149,7 +114,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {**os.environ, **auth}
     cmd = [
-        _bin("ray"), "start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}",
+        bin_path("ray"), "start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}",
         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
         f"--temp-dir={temp}",
     ]  # fmt: skip
@@ -161,7 +126,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     if ray.is_initialized():
         ray.shutdown()
-    subprocess.run([_bin("ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+    subprocess.run([bin_path("ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
@@ -175,7 +140,7 @@ def _kill_one_busy_worker(stop: threading.Event, killed: list[int]) -> None:
     while not stop.is_set() and not killed:
         for p in psutil.process_iter(["pid", "cmdline"]):
             cmdline = " ".join(p.info["cmdline"] or [])
-            if cmdline.startswith("ray::evaluate_job"):
+            if cmdline.startswith("ray::evaluate_"):
                 time.sleep(0.3)  # mid-trial, not at its first instruction
                 try:
                     p.send_signal(signal.SIGKILL)
