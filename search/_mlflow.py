@@ -40,20 +40,38 @@ if TYPE_CHECKING:
 
 
 class _Background:
-    """MLflow writes, in order, on one background thread. A write that fails is reported
-    once, and the search goes on (a resumed search writes the trial runs that are
-    missing)."""
+    """MLflow writes on background threads: ``lanes`` of them, each in order. The
+    writes of one trial run share a lane (``key``: the trial number), so they land in
+    the order they were made; lanes let a tracking server's round trips overlap. A write
+    that fails is reported once, and the search goes on (a resumed search writes the
+    trial runs that are missing)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: int = 1) -> None:
         import concurrent.futures as cf
 
-        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontier-mlflow")
+        self._lanes = [
+            cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"frontier-mlflow-{i}")
+            for i in range(lanes)
+        ]
         self._futures: list[Any] = []
         self.errors: list[str] = []
 
-    def __call__(self, fn: Callable[[], Any]) -> None:
-        self._futures.append(self._pool.submit(fn))
+    def __call__(self, fn: Callable[[], Any], key: int = 0) -> None:
+        self._futures.append(self._lanes[key % len(self._lanes)].submit(fn))
         self._collect()
+
+    def after_all(self, fn: Callable[[], Any]) -> None:
+        """``fn`` once every write queued so far has run (lane 0 waits for the others;
+        they never wait, so nothing deadlocks)."""
+        import concurrent.futures as cf
+
+        before = list(self._futures)
+
+        def run() -> Any:
+            cf.wait(before)
+            return fn()
+
+        self(run)
 
     def _collect(self) -> None:
         pending = []
@@ -107,7 +125,8 @@ class MlflowCallback(Callback):
         #: each front member's exported model, kept to report its test accuracy at the end
         self._models: dict[int, Path] = {}
         self._models_dir: Path | None = None
-        self.later = _Background()
+        #: a tracking server answers several writes at once; a local database one
+        self.later = _Background(lanes=4 if uri.startswith(("http://", "https://")) else 1)
         self._last_front_csv = ""
         self._last_plot = -float("inf")
 
@@ -151,6 +170,8 @@ class MlflowCallback(Callback):
         tags = {Tag.STATE: record.state, Tag.PARETO: "false", **self._rung_tags(search, record)}
         if record.error:
             tags[Tag.ERROR] = record.error[:5000]
+        if record.node:
+            tags[Tag.NODE] = record.node
         values = record.values(0) if record.state == "complete" else {}
         if values:
             tags[Tag.FEASIBLE] = str(search.front.feasible(record.values())).lower()
@@ -161,7 +182,7 @@ class MlflowCallback(Callback):
                 parent, record.number, params=params, values=values, tags=tags, failed=failed
             )
 
-        self.later(write)
+        self.later(write, key=record.number)
 
     def on_promotion(self, search: SearchView, record: TrialRecord, rung: int) -> None:
         values, tags = dict(record.rungs[rung]), self._rung_tags(search, record)
@@ -172,7 +193,7 @@ class MlflowCallback(Callback):
                 self.tracker.log_metrics(record.run_id, values, step=rung)
                 self.tracker.set_tags(record.run_id, tags)
 
-        self.later(write)
+        self.later(write, key=record.number)
 
     def _retag(self, search: SearchView) -> set[int]:
         """Tag the trials that joined or left the front since the last tags; returns the
@@ -217,7 +238,7 @@ class MlflowCallback(Callback):
             self.tracker.log_text(parent, frame.to_csv(index=False), "pareto.csv")
             _plot_fronts(self.tracker, parent, objectives, points, frame)
 
-        self.later(write)
+        self.later.after_all(write)
 
     def on_finish(self, search: SearchView, status: str) -> None:
         if not self.parent:
@@ -380,7 +401,8 @@ class MlflowCallback(Callback):
         }
 
     def _tag_later(self, rec: TrialRecord, tags: dict[str, str]) -> None:
-        self.later(lambda: self.tracker.set_tags(rec.run_id, tags))  # the run exists by now
+        # the run exists by now: its creation went first, on the same lane
+        self.later(lambda: self.tracker.set_tags(rec.run_id, tags), key=rec.number)
 
     def _export(self, search: SearchView, rec: TrialRecord) -> None:
         """A front member's ONNX model (the one its accuracy was measured on) and plan."""
@@ -419,7 +441,7 @@ class MlflowCallback(Callback):
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
 
-        self.later(write)
+        self.later(write, key=rec.number)
 
 
 def _plot_fronts(
