@@ -8,6 +8,8 @@ generation; no front model exports). Set-ups, each ``--trials`` trials:
 
 - ``local``: trials in the driver, the Optuna journal file, MLflow in SQLite;
 - ``local, tracking server``: the same against an MLflow tracking server on loopback;
+- ``local, PostgreSQL ...``: the study in PostgreSQL and the tracking server's runs in
+  PostgreSQL too (a throwaway server on loopback, ``tests/services.py``);
 - ``ray``: trials as Ray tasks on a local Ray pinned to 127.0.0.2 (``--ray-slots`` at
   once), journal and SQLite.
 
@@ -15,6 +17,7 @@ From each throughput: how many workers one driver keeps busy with trials of 1 s,
 and 60 s (throughput x trial seconds). Writes ``benchmarks/report-logs/cluster.json``.
 
 Run: python benchmarks/bench_driver.py [--trials 300] [--skip-ray] [--skip-server]
+    [--skip-postgres] [--compare-lanes]
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the throwaway servers of the tests
+from tests import services  # noqa: E402
+
 TRIAL_SECONDS = (1, 10, 60)
 
 
@@ -60,7 +64,10 @@ def _config(work: Path, trials: int, **over: Any) -> Any:
     }
     for key, value in over.items():
         section, _, field = key.partition(".")
-        data.setdefault(section, {})[field] = value
+        if field:
+            data.setdefault(section, {})[field] = value
+        else:
+            data[section] = value
     return parse_config(data, source="bench_driver")
 
 
@@ -101,36 +108,54 @@ def measure(label: str, trials: int, **over: Any) -> dict[str, Any]:
     return row
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def tracking_server(trials: int) -> dict[str, Any]:
     """The local set-up against an MLflow tracking server (SQLite behind it) on loopback."""
-    with tempfile.TemporaryDirectory(prefix="frontier-mlflow-") as tmp:
-        port = _free_port()
-        cmd = [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-            "--backend-store-uri", f"sqlite:///{tmp}/server.db",
-            "--artifacts-destination", f"{tmp}/artifacts", "--workers", "1",
-        ]  # fmt: skip
-        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.5)
+    with (
+        tempfile.TemporaryDirectory(prefix="frontier-mlflow-") as tmp,
+        services.mlflow_server(Path(tmp)) as url,
+    ):
+        return measure("local, tracking server", trials, **{"tracking.uri": url})
+
+
+def postgres(trials: int) -> dict[str, Any]:
+    """A team's set-up: the study in PostgreSQL, the runs in a tracking server whose
+    backend store is PostgreSQL too (one throwaway server on loopback, fsync on)."""
+    with services.postgres(fsync=True) as server, tempfile.TemporaryDirectory() as tmp:
+        backend = services.create_database(server, "mlflow")
+        storage = services.create_database(server, "optuna")
+        with services.mlflow_server(Path(tmp), backend) as url:
             return measure(
-                "local, tracking server", trials, **{"tracking.uri": f"http://127.0.0.1:{port}"}
+                "local, PostgreSQL storage, tracking server on PostgreSQL",
+                trials,
+                storage=storage,
+                **{"tracking.uri": url},
             )
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+
+
+def compare_lanes(trials: int, runs: int = 3) -> dict[str, list[float]]:
+    """MLflow's write lanes, 1 against 4, alternating in one process against one
+    tracking server (PostgreSQL behind it; the study in a journal)."""
+    from frontier.search import _mlflow
+
+    chosen = [1]
+    init = _mlflow._Background.__init__
+
+    def with_lanes(self: Any, lanes: int = 1) -> None:
+        init(self, chosen[0])
+
+    _mlflow._Background.__init__ = with_lanes  # type: ignore[method-assign]
+    out: dict[str, list[float]] = {"1": [], "4": []}
+    try:
+        with services.postgres(fsync=True) as server, tempfile.TemporaryDirectory() as tmp:
+            backend = services.create_database(server, "mlflow")
+            with services.mlflow_server(Path(tmp), backend) as url:
+                for lanes in [1, 4] * runs:
+                    chosen[0] = lanes
+                    row = measure(f"{lanes} MLflow lanes", trials, **{"tracking.uri": url})
+                    out[str(lanes)].append(row["trials_per_s"])
+    finally:
+        _mlflow._Background.__init__ = init  # type: ignore[method-assign]
+    return out
 
 
 def main() -> None:
@@ -139,6 +164,10 @@ def main() -> None:
     parser.add_argument("--ray-slots", type=int, default=4, help="Ray tasks at once")
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--skip-server", action="store_true")
+    parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument(
+        "--compare-lanes", action="store_true", help="also time 1 against 4 MLflow lanes"
+    )
     parser.add_argument("--json", default=str(HERE / "report-logs" / "cluster.json"))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -150,9 +179,14 @@ def main() -> None:
     )
     import torch
 
-    rows = [measure("local", args.trials)]
+    rows, not_measured = [measure("local", args.trials)], []
     if not args.skip_server:
         rows.append(tracking_server(args.trials))
+    if not args.skip_postgres:
+        if services.postgres_bindir() is None:
+            not_measured.append("PostgreSQL (initdb not found: apt-get install postgresql)")
+        else:
+            rows.append(postgres(args.trials))
     if not args.skip_ray:
         cpus = max(0.01, (os.cpu_count() or 1) / args.ray_slots)
         rows.append(
@@ -166,10 +200,11 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, torch {torch.__version__}",
         "trial_seconds": list(TRIAL_SECONDS),
-        "not_measured": "PostgreSQL storage (not started here: this machine runs as root, "
-        "where initdb refuses to run)",
+        "not_measured": not_measured,
         "rows": rows,
     }
+    if args.compare_lanes:
+        out["mlflow_lanes_trials_per_s"] = compare_lanes(args.trials)
     Path(args.json).write_text(json.dumps(out, indent=2))
     print(f"wrote {args.json}")
 

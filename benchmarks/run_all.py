@@ -8,7 +8,7 @@ figure beside its target, Frontier beside its baselines (random search, uniform 
 the FP32 model), PNG plots, the machine, the versions and the date. Every number in the
 report comes from this run.
 
-Run: python benchmarks/run_all.py [--quick] [--out benchmarks]
+Run: python benchmarks/run_all.py [--quick] [--out benchmarks] [--logged-only]
 ``--quick`` (about 35 minutes here) uses smaller budgets everywhere; the report says which.
 """
 
@@ -627,6 +627,90 @@ def devices_section(dev: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: REPORT.md's last part: figures of benchmarks run on their own (hours, or services),
+#: rendered from their logs by ``logged_sections`` (``--logged-only`` rewrites just it)
+LOGGED_MARKER = "## Benchmarks run on their own (rendered from their logs)"
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100 * float(v):.1f}%"
+
+
+def latency_trust_section(trust: dict[str, Any]) -> list[str]:
+    lines = [
+        "### Latency a user can trust (`benchmarks/bench_latency_trust.py`)",
+        "",
+        "Each space's own table, 50 seeded random plans and the corner plans, against the "
+        "timing protocol's measurement; the ceiling is the same models measured twice; "
+        "'vs plain loop' is the share of models where the protocol and a plain ONNX "
+        "Runtime loop agree within 5%.",
+        "",
+        "| space | random within 10% | random MAPE | corners within 10% | corners MAPE | "
+        "CV MAPE | ceiling (random) | vs plain loop (random) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in trust.items():
+        r, c = row["random"], row["corners"]
+        ceiling = r.get("repeatability", {})
+        plain = r.get("protocol_vs_plain_loop", {})
+        lines.append(
+            f"| {name} | {_pct(r['within_10pct'])} | {_pct(r['mape'])} | "
+            f"{_pct(c['within_10pct'])} | {_pct(c['mape'])} | {_pct(row.get('cv_mape'))} | "
+            f"{_pct(ceiling.get('within_10pct'))} / {_pct(ceiling.get('mape'))} | "
+            f"{_pct(plain.get('within_5pct'))} |"
+        )
+    return [*lines, ""]
+
+
+def cluster_section(cluster: dict[str, Any]) -> list[str]:
+    lines = [
+        "### How far one driver goes (`benchmarks/bench_driver.py`)",
+        "",
+        f"{cluster.get('date', '')}, {cluster.get('machine', '')}; instant trials, so only "
+        "the driver's own work is timed.",
+        "",
+        "| set-up | trials | trials/s | workers kept busy at "
+        + " / ".join(f"{t} s" for t in cluster.get("trial_seconds", []))
+        + " a trial |",
+        "|---|---|---|---|",
+    ]
+    for row in cluster.get("rows", []):
+        busy = " / ".join(str(v) for v in row["workers_kept_busy"].values())
+        lines.append(f"| {row['setup']} | {row['trials']} | {row['trials_per_s']} | {busy} |")
+    lanes = cluster.get("mlflow_lanes_trials_per_s")
+    if lanes:
+        lines += [
+            "",
+            "MLflow write lanes against one tracking server (trials/s, alternating runs): "
+            + "; ".join(f"{k} lane(s): {', '.join(map(str, v))}" for k, v in lanes.items()),
+        ]
+    if cluster.get("not_measured"):
+        lines += ["", f"Not measured: {'; '.join(cluster['not_measured'])}"]
+    return [*lines, ""]
+
+
+def logged_sections(logs: Path) -> list[str]:
+    """The part of the report rendered from the logs of benchmarks run on their own."""
+    lines = [LOGGED_MARKER, ""]
+    for filename, section in (
+        ("latency-trust.json", latency_trust_section),
+        ("cluster.json", cluster_section),
+    ):
+        path = logs / filename
+        if path.exists():
+            lines += section(json.loads(path.read_text()))
+    return lines
+
+
+def refresh_logged(out: Path) -> Path:
+    """Rewrite only REPORT.md's logged part, keeping what ``run_all`` measured."""
+    path = out / "REPORT.md"
+    text = path.read_text() if path.exists() else ""
+    kept = text.split(LOGGED_MARKER)[0].rstrip("\n")
+    path.write_text(kept + "\n\n" + "\n".join(logged_sections(out / "report-logs")) + "\n")
+    return path
+
+
 def write_report(
     out: Path,
     figs: dict[str, Any],
@@ -751,6 +835,7 @@ def write_report(
                 md_table(pd.DataFrame(sweep), 3),
                 "",
             ]
+    lines += logged_sections(out / "report-logs")
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -762,9 +847,18 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE), help="where REPORT.md and PNGs go")
     parser.add_argument("--only", nargs="*", help="benchmarks/scenarios to run (default all)")
     parser.add_argument("--trials", type=int, help="every scenario's trial budget (a smoke run)")
+    parser.add_argument(
+        "--logged-only",
+        action="store_true",
+        help="run nothing: rewrite only the report's part rendered from the logs of "
+        "benchmarks run on their own (bench_latency_trust, bench_driver)",
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     out = Path(args.out)
+    if args.logged_only:
+        print(f"[run_all] wrote {refresh_logged(out)}", file=sys.stderr)
+        return
     logs = out / "report-logs"
     logs.mkdir(parents=True, exist_ok=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
