@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ._config import Config
-from ._evaluation import Evaluation, TrialResult, evaluate_job
+from ._evaluation import Evaluation, TrialResult, evaluate_job, evaluate_ray_job
 from ._registries import BACKENDS, backend_names, register_backend
 from ._storage import SearchError
 
@@ -196,7 +196,7 @@ class RayBackend(Backend):
                 ray.init(address="local", _node_ip_address=LOOPBACK_RAY_IP, **kwargs)
         self._remote = ray.remote(
             num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=max_retries
-        )(evaluate_job)
+        )(evaluate_ray_job)
         self._config = config_json
         self._tables: Any = ray.put(dict(tables))
         total = ray.cluster_resources().get("CPU", 1.0)

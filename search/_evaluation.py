@@ -36,6 +36,7 @@ class TrialResult:
         onnx_precision: that file's precision ("fp32" or "int8").
         export_error: why that export failed ("" when it did not); the trial stands.
         export_s: seconds the export took (not in ``wall_s``).
+        node: the address of the cluster node that scored it ("" outside Ray).
     """
 
     values: dict[str, float]
@@ -46,6 +47,7 @@ class TrialResult:
     onnx_precision: str = ""
     export_error: str = ""
     export_s: float = 0.0
+    node: str = ""
 
 
 @contextlib.contextmanager
@@ -434,3 +436,14 @@ def evaluate_job(
         _WORKER_CACHE.clear()
         _WORKER_CACHE[config_json] = evaluation
     return evaluation.run_job(plan, rung)
+
+
+def evaluate_ray_job(
+    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int
+) -> TrialResult:
+    """``evaluate_job`` as a Ray task: the result says which node scored it."""
+    import ray
+
+    result = evaluate_job(config_json, tables, plan, rung)
+    result.node = ray.util.get_node_ip_address()
+    return result

@@ -36,6 +36,8 @@ class TrialRecord:
     state: str  # "complete" | "failed"
     rungs: dict[int, dict[str, float]] = field(default_factory=dict)
     error: str = ""
+    #: the cluster node that scored rung 0 ("" outside Ray)
+    node: str = ""
     #: the trial's run in the tracking store (set by the MLflow callback)
     run_id: str = ""
     #: rung -> the scored model its job exported, for the callback that exports the

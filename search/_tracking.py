@@ -53,6 +53,7 @@ class Tag:
     STATE = "frontier.state"
     FEASIBLE = "frontier.feasible"
     ERROR = "frontier.error"
+    NODE = "frontier.node"  # the cluster node that scored the trial (Ray)
     RUNG = "frontier.rung"
     RUNG_INDEX = "frontier.rung_index"
     ONNX_PRECISION = "frontier.onnx_precision"

@@ -1,0 +1,158 @@
+"""A search on a Ray cluster of two nodes, started as a user starts them (`ray start`)
+on two loopback addresses, one of which dies mid-search. A module of its own: its
+fixture ends with `ray stop`, which stops every Ray node of this machine."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from frontier.search import open_storage, run
+from tests.services import bin_path, free_port
+
+pytestmark = pytest.mark.slow
+
+HEAD_IP, SECOND_IP = "127.0.0.2", "127.0.0.3"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A head on 127.0.0.2 and a second node on 127.0.0.3, one CPU each, with a token
+    of this test's own."""
+    port = free_port(HEAD_IP)
+    temp = tmp_path_factory.mktemp("ray")
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, **auth}
+    common = ["--num-cpus=1", "--disable-usage-stats"]
+    head = [bin_path("ray"), "start", "--head", f"--node-ip-address={HEAD_IP}",
+            f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common]  # fmt: skip
+    second = [bin_path("ray"), "start", f"--address={HEAD_IP}:{port}",
+              f"--node-ip-address={SECOND_IP}", *common]  # fmt: skip
+    old = {k: os.environ.get(k) for k in auth}
+    try:
+        subprocess.run(head, env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(second, env=env, check=True, capture_output=True, timeout=120)
+        os.environ.update(auth)
+        yield f"{HEAD_IP}:{port}"
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        subprocess.run([bin_path("ray"), "stop", "--force"], env=env, capture_output=True,
+                       timeout=120)  # fmt: skip
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _node_processes(ip: str) -> list:
+    """Every process of the node at ``ip``: its daemons name the address, its workers
+    are the raylet's children."""
+    import psutil
+
+    procs = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if ip in cmdline and p.pid != os.getpid():
+            procs.append(p)
+            if "raylet" in cmdline:
+                try:
+                    procs += p.children(recursive=True)
+                except psutil.Error:
+                    continue
+    return procs
+
+
+def _finished_on(journal: Path, ip: str) -> bool:
+    import optuna
+
+    if not journal.exists():
+        return False
+    storage = open_storage(str(journal))
+    return any(
+        t.user_attrs.get("node") == ip
+        for s in optuna.get_all_study_names(storage)
+        for t in optuna.load_study(study_name=s, storage=storage).trials
+    )
+
+
+def _lose_the_node_mid_trial(
+    ip: str, journal: Path, stop: threading.Event, lost: list[float]
+) -> None:
+    """Kill every process of the node at ``ip`` (SIGKILL: a machine that vanished) once
+    it has finished a trial and one of its workers has been scoring the next for a
+    moment."""
+    import psutil
+
+    while not stop.is_set() and not _finished_on(journal, ip):
+        time.sleep(0.1)
+    busy_since: dict[int, float] = {}
+    while not stop.is_set():
+        for p in _node_processes(ip):
+            try:
+                busy = " ".join(p.cmdline()).startswith("ray::evaluate_")
+            except psutil.Error:
+                continue
+            if busy and time.monotonic() - busy_since.setdefault(p.pid, time.monotonic()) > 0.3:
+                for q in _node_processes(ip):
+                    with contextlib.suppress(psutil.Error):
+                        q.send_signal(signal.SIGKILL)
+                lost.append(time.monotonic())
+                return
+        time.sleep(0.05)
+
+
+def test_trials_spread_over_two_nodes_and_survive_losing_one(
+    write_config, workdir: Path, two_nodes: str
+) -> None:
+    path = write_config(
+        objectives=[{"name": "accuracy", "options": {"steps": 300}}, "size_bytes"],
+        constraints=["size_bytes <= 60000"],
+        search={"trials": 10, "population": 4, "anchors": False, "fidelity": {"rungs": ["short"]}},
+        backend={"kind": "ray", "address": two_nodes, "cpus_per_trial": 1, "max_retries": 3},
+    )
+    stop, lost = threading.Event(), []
+    killer = threading.Thread(
+        target=_lose_the_node_mid_trial,
+        args=(SECOND_IP, workdir / "frontier-optuna.journal", stop, lost),
+        daemon=True,
+    )
+    killer.start()
+    try:
+        result = run(path, progress=False)
+    finally:
+        stop.set()
+        killer.join(timeout=10)
+    trials = result.study.trials
+    assert lost, f"no trial ran on {SECOND_IP}: {[t.user_attrs.get('node') for t in trials]}"
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    # none lost: the budget is complete; none run twice: one trial per plan, one record
+    assert len(complete) == 10, [(t.number, t.state.name) for t in trials]
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}  # PRUNED: refused repeats
+    plans = [str(t.user_attrs["plan"]) for t in complete]
+    assert len(set(plans)) == len(plans)
+    nodes = [t.user_attrs.get("node") for t in complete]
+    assert set(nodes) <= {HEAD_IP, SECOND_IP}
+    assert SECOND_IP in nodes and HEAD_IP in nodes, nodes  # the trials spread over both
+    # the trial the lost node was scoring finished on the head, once
+    assert nodes.count(SECOND_IP) < 10
+    # MLflow: one run per completed trial, each naming the node that scored it
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("tiny")
+    runs = [r for r in client.search_runs([exp.experiment_id]) if "frontier.trial" in r.data.tags]
+    assert sorted(int(r.data.tags["frontier.trial"]) for r in runs) == [t.number for t in complete]
+    assert {r.data.tags.get("frontier.node") for r in runs} == set(nodes)
