@@ -8,7 +8,14 @@ Extension points: an Optuna sampler object (``run(config, sampler=...)``) or a n
 """
 
 from ._anchors import anchor_params, uniform_grid
-from ._backends import Backend, Job, backend_names, register_backend
+from ._backends import (
+    Backend,
+    Job,
+    backend_names,
+    ray_runtime_env,
+    register_backend,
+    shipped_modules,
+)
 from ._callbacks import Callback, Emissions, ProgressBar, ProgressLines
 from ._config import (
     Config,
@@ -95,6 +102,7 @@ __all__ = [
     "parse_where",
     "promotion_savings",
     "query_front",
+    "ray_runtime_env",
     "register_backend",
     "register_model",
     "register_sampler",
@@ -102,6 +110,7 @@ __all__ = [
     "sampler_names",
     "sensitivity",
     "sensitivity_choices",
+    "shipped_modules",
     "sort_front",
     "task_and_space",
     "uniform_grid",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
+import json
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
@@ -179,8 +180,9 @@ class RayBackend(Backend):
         self._ray = ray
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            if modules:  # the user's code, uploaded with the job: workers need not have it
-                kwargs["runtime_env"] = {"py_modules": [_source(m) for m in modules]}
+            runtime_env = ray_runtime_env(modules)
+            if runtime_env:  # the user's code, uploaded with the job: workers need not have it
+                kwargs["runtime_env"] = runtime_env
             address = ray_address(address)
             if address:
                 check_ray_address(address)
@@ -320,6 +322,30 @@ def shipped_modules(config: Config) -> list[ModuleType]:
         if not installed and name != "frontier":
             out.append(module)
     return out
+
+
+def ray_runtime_env(modules: Sequence[ModuleType]) -> dict[str, Any] | None:
+    """The runtime environment that ships ``modules`` to the workers. Inside a Ray job
+    (``ray job submit``) Ray merges it with the job's own: modules inside the job's
+    working directory travel with it already, and a job that sets ``py_modules`` itself
+    must list the rest there (Ray refuses two ``py_modules``)."""
+    job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+    env = job.get("runtime_env") or {}
+    cwd = Path.cwd()
+    sources = [
+        _source(m)
+        for m in modules
+        if not (env.get("working_dir") and Path(_source(m)).resolve().is_relative_to(cwd))
+    ]
+    if not sources:
+        return None
+    if env.get("py_modules"):
+        raise SearchError(
+            "this Ray job sets its own py_modules; add the search's own code to them "
+            f"(ray job submit --py-modules {' --py-modules '.join(sources)} ...) or "
+            "install it on the nodes"
+        )
+    return {"py_modules": sources}
 
 
 def _source(module: ModuleType) -> str:

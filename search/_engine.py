@@ -33,7 +33,13 @@ def default_callbacks(config: Config, progress: bool | str = True) -> list[Callb
     """The search's own energy (CodeCarbon), MLflow tracking and progress output."""
     t = config.tracking
     name, export, measure = t.experiment or config.name, t.export_front, t.measure_front
-    mlflow = MlflowCallback(uri=t.uri, experiment=name, export_front=export, measure_front=measure)
+    mlflow = MlflowCallback(
+        uri=t.uri,
+        experiment=name,
+        export_front=export,
+        measure_front=measure,
+        write_lanes=t.write_lanes,
+    )
     return [Emissions(config.carbon.country_iso), mlflow, *progress_callbacks(progress)]
 
 

@@ -101,6 +101,8 @@ class MlflowCallback(Callback):
         export_front: write each front member's ONNX model and plan as artifacts.
         plot_interval_s: front CSV, plots and exports are refreshed at most this often
             (and at the end): they cost CPU.
+        write_lanes: MLflow writes at once (a trial's writes stay in order); None: 4
+            against a tracking server, 1 for a local database.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class MlflowCallback(Callback):
         export_front: bool = True,
         measure_front: bool = True,
         plot_interval_s: float = 20.0,
+        write_lanes: int | None = None,
     ) -> None:
         self.uri = uri
         self.experiment = experiment
@@ -126,7 +129,8 @@ class MlflowCallback(Callback):
         self._models: dict[int, Path] = {}
         self._models_dir: Path | None = None
         #: a tracking server answers several writes at once; a local database one
-        self.later = _Background(lanes=4 if uri.startswith(("http://", "https://")) else 1)
+        server = uri.startswith(("http://", "https://"))
+        self.later = _Background(lanes=write_lanes or (4 if server else 1))
         self._last_front_csv = ""
         self._last_plot = -float("inf")
 

@@ -210,3 +210,32 @@ def test_the_users_task_and_technique_travel_to_the_cluster(
     trials = result.study.trials
     assert [t.state.name for t in trials].count("COMPLETE") == 4, result.trials.error.tolist()
     assert any(t.user_attrs["plan"].get("techniques", {}).get("bias-off-remote") for t in trials)
+
+
+def test_the_users_code_joins_a_ray_jobs_runtime_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside `ray job submit`, Ray merges the search's runtime environment with the
+    job's: code in the job's working directory is not sent twice, other code goes as
+    py_modules, and a job with py_modules of its own is told what to add."""
+    import types
+
+    from frontier.search import SearchError
+    from frontier.search import ray_runtime_env as _runtime_env
+
+    inside, outside = tmp_path / "job", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    mine, theirs = types.ModuleType("mine"), types.ModuleType("theirs")
+    mine.__file__, theirs.__file__ = str(inside / "mine.py"), str(outside / "theirs.py")
+    monkeypatch.chdir(inside)
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    assert _runtime_env([mine]) == {"py_modules": [mine.__file__]}  # no job: ship it
+    job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip"}}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
+    assert _runtime_env([mine]) is None
+    assert _runtime_env([mine, theirs]) == {"py_modules": [theirs.__file__]}
+    job["runtime_env"]["py_modules"] = ["gcs://_ray_pkg_y.zip"]
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
+    with pytest.raises(SearchError, match="--py-modules"):
+        _runtime_env([theirs])

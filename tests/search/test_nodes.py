@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,24 +26,28 @@ HEAD_IP, SECOND_IP = "127.0.0.2", "127.0.0.3"
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A head on 127.0.0.2 and a second node on 127.0.0.3, one CPU each, with a token
-    of this test's own."""
-    port = free_port(HEAD_IP)
-    temp = tmp_path_factory.mktemp("ray")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A head on 127.0.0.2 (with its dashboard, the Ray Jobs server) and a second node
+    on 127.0.0.3, one CPU each, with a token of this test's own: ``address`` (the
+    head's GCS) and ``jobs`` (the dashboard's URL)."""
+    port, dashboard = free_port(HEAD_IP), free_port(HEAD_IP)
+    # a temp folder per node, as on two machines: nodes sharing one would share the
+    # runtime environments' files, and one node's cleanup would delete the other's
+    temp, temp2 = tmp_path_factory.mktemp("ray"), tmp_path_factory.mktemp("ray")
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {**os.environ, **auth}
     common = ["--num-cpus=1", "--disable-usage-stats"]
     head = [bin_path("ray"), "start", "--head", f"--node-ip-address={HEAD_IP}",
-            f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common]  # fmt: skip
+            f"--port={port}", "--include-dashboard=true", f"--dashboard-host={HEAD_IP}",
+            f"--dashboard-port={dashboard}", f"--temp-dir={temp}", *common]  # fmt: skip
     second = [bin_path("ray"), "start", f"--address={HEAD_IP}:{port}",
-              f"--node-ip-address={SECOND_IP}", *common]  # fmt: skip
+              f"--node-ip-address={SECOND_IP}", f"--temp-dir={temp2}", *common]  # fmt: skip
     old = {k: os.environ.get(k) for k in auth}
     try:
         subprocess.run(head, env=env, check=True, capture_output=True, timeout=120)
         subprocess.run(second, env=env, check=True, capture_output=True, timeout=120)
         os.environ.update(auth)
-        yield f"{HEAD_IP}:{port}"
+        yield {"address": f"{HEAD_IP}:{port}", "jobs": f"http://{HEAD_IP}:{dashboard}"}
     finally:
         import ray
 
@@ -114,14 +119,64 @@ def _lose_the_node_mid_trial(
         time.sleep(0.05)
 
 
+REMOTE_TASK = '''
+from frontier.experiments import build_task
+
+
+def build(model="mlp"):
+    """The digits task, from a module only the job's working directory has."""
+    return build_task("digits", model=model)
+'''
+
+
+def test_a_search_submitted_as_a_ray_job_runs_the_users_task_on_both_nodes(
+    write_config, workdir: Path, cluster: dict[str, str]
+) -> None:
+    """`ray job submit --working-dir DIR -- frontier search ...`: the config and the
+    user's task module travel in the working directory; inside the job the search
+    joins the cluster it runs on (RAY_ADDRESS) and ships the task to the workers."""
+    job = workdir / "job"
+    job.mkdir()
+    (job / "job_task_mod.py").write_text(REMOTE_TASK)
+    out = workdir / "out"  # the job's working directory is a copy: results go here
+    write_config(
+        "job/search.yaml",
+        task={"name": "job_task_mod:build", "options": {"model": "mlp"}},
+        objectives=[{"name": "accuracy", "options": {"steps": 300}}, "size_bytes"],
+        search={"trials": 8, "population": 4, "anchors": False, "fidelity": {"rungs": ["short"]}},
+        backend={"kind": "ray", "cpus_per_trial": 1},
+        storage=str(out / "study.journal"),
+        tracking={"uri": f"sqlite:///{out / 'mlflow.db'}"},
+    )
+    cmd = [bin_path("ray"), "job", "submit", "--address", cluster["jobs"],
+           "--working-dir", str(job), "--",
+           sys.executable, "-m", "frontier.search.cli", "search", "search.yaml", "--no-progress"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[:6000]
+    assert "backend ray" in done.stdout and "8 trials (0 failed)" in done.stdout
+    import optuna
+
+    storage = open_storage(str(out / "study.journal"))
+    study = optuna.load_study(study_name="tiny", storage=storage)
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 8
+    assert {t.user_attrs.get("node") for t in complete} == {HEAD_IP, SECOND_IP}
+
+
+# after the job test: this one loses the second node for good
 def test_trials_spread_over_two_nodes_and_survive_losing_one(
-    write_config, workdir: Path, two_nodes: str
+    write_config, workdir: Path, cluster: dict[str, str]
 ) -> None:
     path = write_config(
         objectives=[{"name": "accuracy", "options": {"steps": 300}}, "size_bytes"],
         constraints=["size_bytes <= 60000"],
         search={"trials": 10, "population": 4, "anchors": False, "fidelity": {"rungs": ["short"]}},
-        backend={"kind": "ray", "address": two_nodes, "cpus_per_trial": 1, "max_retries": 3},
+        backend={
+            "kind": "ray",
+            "address": cluster["address"],
+            "cpus_per_trial": 1,
+            "max_retries": 3,
+        },
     )
     stop, lost = threading.Event(), []
     killer = threading.Thread(
