@@ -28,7 +28,14 @@ from ._base import (
     register_evaluator,
 )
 from ._cost import BopsEvaluator, MacsEvaluator, SizeEvaluator
-from ._hardware import CarbonEvaluator, CarbonScenario, EnergyEvaluator, LatencyEvaluator
+from ._hardware import (
+    CarbonEvaluator,
+    CarbonScenario,
+    EnergyEvaluator,
+    LatencyEvaluator,
+    ServingSavings,
+    serving_savings,
+)
 
 __all__ = [
     "FIDELITIES",
@@ -46,6 +53,7 @@ __all__ = [
     "LatencyEvaluator",
     "MacsEvaluator",
     "Measurement",
+    "ServingSavings",
     "SizeEvaluator",
     "build_evaluator",
     "distill",
@@ -55,4 +63,5 @@ __all__ = [
     "measure_onnx_accuracy",
     "proxy_signals",
     "register_evaluator",
+    "serving_savings",
 ]

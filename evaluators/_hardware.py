@@ -152,3 +152,77 @@ class CarbonEvaluator(Evaluator):
                 "device": device,
             },
         )
+
+
+@dataclass(frozen=True)
+class ServingSavings:
+    """What serving a compressed model instead of its baseline saves over a deployment
+    (``CarbonScenario``: inferences a day, days, grid, PUE), against what the search that
+    found it cost. Every ``*_saved`` figure is baseline minus model (negative: it costs
+    more). Per-deployment figures cover ``scenario.days`` days (365: a year).
+
+    Attributes:
+        latency_saved_ms: per inference.
+        energy_saved_mj: per inference.
+        energy_saved_kwh: over the deployment, PUE included.
+        co2e_saved_g: over the deployment, at the scenario's grid intensity.
+        instance_hours_saved: busy hours of a serving instance that runs one inference
+            at a time, over the deployment.
+        money_saved: at the given prices (per kWh, per instance-hour), or None.
+        breakeven_day_co2e: the deployment day on which the gCO2e saved passes the
+            search's own (None: never, or the search's carbon is unknown).
+        breakeven_day_energy: the same for energy.
+    """
+
+    latency_saved_ms: float
+    energy_saved_mj: float
+    energy_saved_kwh: float
+    co2e_saved_g: float
+    instance_hours_saved: float
+    money_saved: float | None
+    breakeven_day_co2e: float | None
+    breakeven_day_energy: float | None
+
+    def metrics(self, suffix: str = "") -> dict[str, float]:
+        """The figures as MLflow metrics (``serving_*``; None left out)."""
+        return {f"serving_{k}{suffix}": v for k, v in asdict(self).items() if v is not None}
+
+
+def serving_savings(
+    scenario: CarbonScenario,
+    *,
+    baseline_ms: float,
+    model_ms: float,
+    baseline_mj: float,
+    model_mj: float,
+    search_energy_kwh: float | None = None,
+    search_co2e_g: float | None = None,
+    price_per_kwh: float | None = None,
+    price_per_instance_hour: float | None = None,
+) -> ServingSavings:
+    """Savings of serving a model at ``model_ms`` / ``model_mj`` per inference instead of
+    its baseline, over ``scenario``, and the day each pays back the search's cost."""
+    inferences = scenario.inferences_per_day * scenario.days
+    saved_mj = baseline_mj - model_mj
+    kwh = saved_mj / 1000.0 / 3.6e6 * inferences * scenario.pue
+    co2e = kwh * scenario.intensity()[0]
+    hours = (baseline_ms - model_ms) / 3.6e6 * inferences
+    money = None
+    if price_per_kwh is not None or price_per_instance_hour is not None:
+        money = kwh * (price_per_kwh or 0.0) + hours * (price_per_instance_hour or 0.0)
+
+    def breakeven(cost: float | None, saved: float) -> float | None:
+        if cost is None or saved <= 0:
+            return None
+        return cost / (saved / scenario.days)
+
+    return ServingSavings(
+        latency_saved_ms=baseline_ms - model_ms,
+        energy_saved_mj=saved_mj,
+        energy_saved_kwh=kwh,
+        co2e_saved_g=co2e,
+        instance_hours_saved=hours,
+        money_saved=money,
+        breakeven_day_co2e=breakeven(search_co2e_g, co2e),
+        breakeven_day_energy=breakeven(search_energy_kwh, kwh),
+    )

@@ -58,11 +58,17 @@ class CarbonSection(_Section):
     cloud: str | None = None
     pue: float = Field(default=1.0, ge=1.0)
     intensity_g_per_kwh: float | None = Field(default=None, ge=0)
+    #: prices for the money a front member saves over the deployment (``pick``,
+    #: ``pareto --savings``): per kWh, and per busy hour of a serving instance
+    price_per_kwh: float | None = Field(default=None, ge=0)
+    price_per_instance_hour: float | None = Field(default=None, ge=0)
 
     def scenario(self) -> Any:
         from frontier.evaluators import CarbonScenario
 
-        return CarbonScenario(**self.model_dump())
+        return CarbonScenario(
+            **self.model_dump(exclude={"price_per_kwh", "price_per_instance_hour"})
+        )
 
 
 _CONSTRAINT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w@.\-]*)\s*(?P<op><=|>=)\s*(?P<bound>\S.*?)\s*$")

@@ -250,6 +250,7 @@ class MlflowCallback(Callback):
         self.later.drain()
         if status == "FINISHED":
             self._report_front(search)
+            self._report_savings(search)
         if self._models_dir is not None:
             shutil.rmtree(self._models_dir, ignore_errors=True)
         metrics = {**search.summary, "tracking_errors": len(self.later.errors)}
@@ -294,6 +295,12 @@ class MlflowCallback(Callback):
             metric, _, device = name.partition("@")
             if metric == "latency_ms" and device:
                 self._measure_front(search, members, device)
+
+    def _report_savings(self, search: SearchView) -> None:
+        """Each front member's year of serving (``serving_*@DEVICE``, ``_savings``)."""
+        from ._savings import report_savings
+
+        report_savings(search, lambda n, m: self.tracker.log_metrics(search.records[n].run_id, m))
 
     def _front_models(self, search: SearchView) -> list[int]:
         """The final front members with an exported model here (read back from MLflow

@@ -22,6 +22,10 @@ from ._common import UsageError, add_tracking_uri, tracking_uri
 WHERE_HELP = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"
 
 
+#: the columns of a member's year of serving (``search/_savings.py``)
+SAVINGS_PREFIX = "serving_"
+
+
 def add_commands(sub: Any) -> None:
     _pareto_command(sub)
     _pick_command(sub)
@@ -46,6 +50,13 @@ def _pareto_command(sub: Any) -> None:
         "'accuracy,latency_ms@local-cpu' (one device's front)",
     )
     p.add_argument(
+        "--savings",
+        action="store_true",
+        help="show each member's year of serving against the baseline (serving_* columns: "
+        "latency, energy, gCO2e, instance hours and money saved over the config's carbon "
+        "deployment, and the day that pays back the search's own carbon)",
+    )
+    p.add_argument(
         "--params",
         metavar="GLOBS",
         help="also show these sampled parameters, e.g. 'activation' or 'prune.*,sparse.*'",
@@ -68,6 +79,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         frame = sort_front(frame, args.sort or metrics[0].name, metrics)
     if args.params and not frame.empty:
         frame = with_params(frame, uri, parent, args.params)
+    if not args.savings:
+        frame = frame.drop(columns=[c for c in frame.columns if c.startswith(SAVINGS_PREFIX)])
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
     elif args.format == "json":
@@ -130,6 +143,11 @@ def cmd_pick(args: argparse.Namespace) -> int:
         "metrics": {o.name: row.get(o.name) for o in metrics_of(parent)},
         "files": {k: str(v) for k, v in files.items()},
     }
+    serving = {
+        k: float(v) for k, v in row.items() if k.startswith(SAVINGS_PREFIX) and v == v
+    }  # logged at the end of the search; NaN where a member has none
+    if serving:
+        report["serving"] = serving
     test = row.get(TEST_METRIC)
     if test is not None and test == test:  # measured at the end of the search (not NaN)
         report[TEST_METRIC] = float(test)

@@ -3,6 +3,7 @@ latency its device table predicted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ def test_every_front_member_is_measured_beside_its_prediction(write_config, caps
         objectives=[{"name": "accuracy", "options": {"steps": 20}}, "latency_ms@local-cpu"],
         constraints=[],
         search={"trials": 8, "population": 4, "fidelity": {"rungs": ["proxy", "short"]}},
+        carbon={"intensity_g_per_kwh": 100.0, "price_per_kwh": 0.25},
     )
     result = run(path, progress=False)
     client = MlflowClient(
@@ -40,4 +42,29 @@ def test_every_front_member_is_measured_beside_its_prediction(write_config, caps
     assert parent.data.metrics["latency_error/local-cpu"] >= 0
     capsys.readouterr()
     assert main(["pareto", "--experiment", "tiny"]) == 0
-    assert "pred/meas@local-cpu" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "pred/meas@local-cpu" in shown and "serving_" not in shown
+
+    # a year of serving, for each member, against the baseline the search measured
+    baseline = json.loads(parent.data.tags["frontier.baseline"])["latency_ms@local-cpu"]
+    search_co2e = parent.data.metrics.get("search_co2e_g")
+    for r in runs:
+        m = r.data.metrics
+        if int(r.data.tags["frontier.trial"]) not in measured:
+            assert not any(k.startswith("serving_") for k in m)  # front members only
+            continue
+        saved_ms = m["serving_latency_saved_ms/local-cpu"]
+        assert saved_ms == pytest.approx(baseline - m["latency_ms/local-cpu"])
+        kwh = m["serving_energy_saved_kwh/local-cpu"]
+        assert (kwh > 0) == (saved_ms > 0)  # energy is latency x the device's power
+        assert m["serving_co2e_saved_g/local-cpu"] == pytest.approx(kwh * 100.0)
+        assert m["serving_money_saved/local-cpu"] == pytest.approx(kwh * 0.25)
+        day = m.get("serving_breakeven_day_co2e/local-cpu")
+        if search_co2e and kwh > 0:
+            assert day == pytest.approx(search_co2e / (kwh * 100.0 / 365))
+    assert main(["pareto", "--experiment", "tiny", "--savings", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert all("serving_co2e_saved_g@local-cpu" in row for row in rows)
+    assert main(["pick", "--best", "latency_ms@local-cpu", "--no-measure"]) == 0
+    picked = json.loads(capsys.readouterr().out)
+    assert picked["serving"]["serving_latency_saved_ms@local-cpu"] > 0  # the fastest member

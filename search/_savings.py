@@ -1,0 +1,96 @@
+"""A year of serving: what each front member saves over the config's deployment
+(``carbon``: inferences a day, days, grid, PUE, prices) against its baseline, and the
+day that pays back the search's own energy and carbon (CodeCarbon's measurement)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ._view import SearchView
+
+logger = logging.getLogger("frontier")
+
+
+def report_savings(search: SearchView, log: Callable[[int, dict[str, float]], None]) -> None:
+    """``front_savings`` handed to ``log`` (trial number, metrics) and printed one line
+    per member and device; a failure is a warning, never the search's."""
+    try:
+        savings = front_savings(search)
+    except Exception as err:
+        logger.warning("serving savings not computed (%s)", err)
+        return
+    days = search.config.carbon.days
+    for n, figures in savings.items():
+        log(n, figures)
+        for name, co2e in figures.items():
+            if not name.startswith("serving_co2e_saved_g@"):
+                continue
+            device = name.partition("@")[2]
+            day = figures.get(f"serving_breakeven_day_co2e@{device}")
+            pays = f", pays back the search's carbon on day {day:.0f}" if day else ""
+            logger.info(
+                "trial %d on %s: %.4g kWh and %.4g gCO2e saved over %g days%s",
+                n, device, figures[f"serving_energy_saved_kwh@{device}"], co2e, days, pays,
+            )  # fmt: skip
+
+
+def front_savings(search: SearchView) -> dict[int, dict[str, float]]:
+    """Trial number -> ``serving_*@DEVICE`` figures for each final front member, on each
+    device whose latency the search recorded. Energy per inference is the recorded
+    ``energy_mj@DEVICE`` where there is one, else latency x the device table's
+    ``active_power_w``; a device with neither is left out. Latencies are the table's
+    predictions for model and baseline alike (the same pricing on both sides)."""
+    from frontier.evaluators import serving_savings
+
+    carbon = search.config.carbon
+    scenario = carbon.scenario()
+    base = search.baseline
+    out: dict[int, dict[str, float]] = {}
+    for n in sorted(search.front.numbers()):
+        values = search.records[n].values()
+        figures: dict[str, float] = {}
+        for device in _devices(search, values):
+            energy = _energy(search, device, values, base)
+            if energy is None:
+                continue
+            saved = serving_savings(
+                scenario,
+                baseline_ms=base[f"latency_ms@{device}"],
+                model_ms=values[f"latency_ms@{device}"],
+                baseline_mj=energy[0],
+                model_mj=energy[1],
+                search_energy_kwh=search.summary.get("search_energy_kwh"),
+                search_co2e_g=search.summary.get("search_co2e_g"),
+                price_per_kwh=carbon.price_per_kwh,
+                price_per_instance_hour=carbon.price_per_instance_hour,
+            )
+            figures.update(saved.metrics(f"@{device}"))
+        if figures:
+            out[n] = figures
+    return out
+
+
+def _devices(search: SearchView, values: dict[str, float]) -> list[str]:
+    found = []
+    for name in values:
+        metric, _, device = name.partition("@")
+        if metric == "latency_ms" and device and name in search.baseline:
+            found.append(device)
+    return sorted(found)
+
+
+def _energy(
+    search: SearchView, device: str, values: dict[str, float], base: dict[str, float]
+) -> tuple[float, float] | None:
+    """(baseline, model) mJ per inference on ``device``."""
+    key = f"energy_mj@{device}"
+    if key in values and key in base:
+        return base[key], values[key]
+    table: Any = search.evaluation.tables.get(device)
+    power = getattr(table, "active_power_w", None) if table is not None else None
+    if not power:
+        return None
+    # ms x W = mJ
+    return base[f"latency_ms@{device}"] * power, values[f"latency_ms@{device}"] * power
