@@ -11,6 +11,7 @@ from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
+from ._profile import LayerTime, ModelProfile, compare_layers, plot_layers, profile_layers
 from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
 from ._validate import (
@@ -44,7 +45,9 @@ __all__ = [
     "FallbackFit",
     "LatencyEstimate",
     "LatencyModel",
+    "LayerTime",
     "LocalDevice",
+    "ModelProfile",
     "OpCost",
     "OpSpec",
     "Row",
@@ -53,6 +56,7 @@ __all__ = [
     "ValidationReport",
     "build_onnx",
     "calibration_plans",
+    "compare_layers",
     "corner_plans",
     "cpu_power_w",
     "data_dir",
@@ -68,6 +72,8 @@ __all__ = [
     "measure_onnx",
     "measure_plans",
     "plan_ops",
+    "plot_layers",
+    "profile_layers",
     "protocol",
     "quiet_root_logger",
     "read_manifest",

@@ -16,8 +16,104 @@ from ._common import CONFIG_HELP, UsageError, load
 
 
 def add_commands(sub: Any) -> None:
-    for add in (_space_command, _sensitivity_command, _plan_command, _experiments_command):
+    for add in (
+        _space_command,
+        _sensitivity_command,
+        _plan_command,
+        _profile_command,
+        _experiments_command,
+    ):
         add(sub)
+
+
+def _profile_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="each layer's time inside a model (ONNX Runtime's profiler), beside its MACs, "
+        "kernels and precision and a baseline's same layers",
+    )
+    p.add_argument("model", help="an ONNX file, or a front member's MLflow run id")
+    p.add_argument("--baseline", help="an ONNX file (or run id) to compare layer by layer")
+    p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (default 1)")
+    p.add_argument("--runs", type=int, default=200, help="profiled runs (default 200)")
+    p.add_argument("--out", metavar="DIR", help="also write profile.csv and profile.png here")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--tracking-uri", help="MLflow, for run ids (default $MLFLOW_TRACKING_URI)")
+    p.set_defaults(func=cmd_profile)
+
+
+def _onnx_file(target: str, args: argparse.Namespace, scratch: Path) -> Path:
+    """``target`` as an ONNX file: a path, or a trial run's ``model.onnx`` from MLflow."""
+    path = Path(target)
+    if path.suffix == ".onnx" or path.exists():
+        if not path.is_file():
+            raise UsageError(f"profile: {path}: no such ONNX file")
+        return path
+    from .._tracking import download
+    from ._common import tracking_uri
+
+    try:
+        return download(tracking_uri(args), target, scratch / target)["model.onnx"]
+    except Exception as err:
+        raise UsageError(
+            f"profile: {target!r} is neither an ONNX file nor a trial run with a model "
+            f"({type(err).__name__})"
+        ) from None
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import pandas as pd
+
+    from frontier.latency_models import compare_layers, plot_layers, profile_layers
+
+    if args.runs < 10:
+        raise UsageError("profile: --runs must be at least 10")
+    with tempfile.TemporaryDirectory(prefix="frontier-profile-") as tmp:
+        model = _onnx_file(args.model, args, Path(tmp))
+        base = _onnx_file(args.baseline, args, Path(tmp)) if args.baseline else None
+        print(f"profiling {model} ({args.runs} runs) ...", file=sys.stderr)
+        mine = profile_layers(model, threads=args.threads, runs=args.runs)
+        theirs = None
+        if base is not None:
+            print(f"profiling the baseline {base} ...", file=sys.stderr)
+            theirs = profile_layers(base, threads=args.threads, runs=args.runs)
+    rows = compare_layers(mine, theirs)
+    frame = pd.DataFrame(rows)
+    if args.out:
+        out = writable(Path(args.out), "the profile")
+        frame.to_csv(out / "profile.csv", index=False)
+        plot_layers(rows, out / "profile.png", f"{Path(args.model).name}: layer times")
+    if args.format == "csv":
+        print(frame.to_csv(index=False), end="")
+        return 0
+    summary = {"model": _summary(mine)}
+    if theirs is not None:
+        summary["baseline"] = _summary(theirs)
+        if mine.measured_ms and theirs.measured_ms:
+            summary["speedup_measured"] = round(theirs.measured_ms / mine.measured_ms, 3)
+    if args.format == "json":
+        print(json.dumps({"summary": summary, "layers": rows}, indent=2))
+        return 0
+    print(frame.to_string(index=False))
+    for name, s in summary.items():
+        print(f"{name}: {s}" if not isinstance(s, dict) else f"{name}: " + ", ".join(
+            f"{k} {v}" for k, v in s.items()))  # fmt: skip
+    return 0
+
+
+def _summary(profile: Any) -> dict[str, Any]:
+    """The whole run three ways: the layers' kernel times summed, the profiler's own
+    run, and the timing protocol (no profiler attached)."""
+    return {
+        "layers_ms": round(profile.layers_ms, 4),
+        "profiled_run_ms": round(profile.run_ms, 4),
+        "measured_ms": round(profile.measured_ms, 4) if profile.measured_ms else None,
+        "layers/measured": round(profile.layers_ms / profile.measured_ms, 3)
+        if profile.measured_ms
+        else None,
+    }
 
 
 def _space_command(sub: Any) -> None:

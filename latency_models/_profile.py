@@ -1,0 +1,239 @@
+"""Why a model is (not) faster: each layer's time inside the whole model, from ONNX
+Runtime's profiler, beside its MACs, the kernels it ran and its precision, and the same
+layers of a baseline.
+
+A layer is the PyTorch module an exported node came from (the exporter names nodes
+``/features/features.0/Conv``: layer ``features.0``). ONNX Runtime fuses nodes and
+names the fused node after the chain's last output (a Conv+Relu runs as
+``/features/features.2/Relu_output_0_nchwc``), so each profiled node goes to the
+original node or output whose name is the longest prefix of its own, and an activation
+or normalisation fused after a Conv or Gemm goes to that Conv's layer. Nodes no layer
+owns (layout reorders, quantize/dequantize between layers) are the glue.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: ops that follow a compute op into its fused kernel: timed with the producer's layer
+_FOLLOWERS = {
+    "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Mul",
+    "BatchNormalization", "Add", "QuantizeLinear", "DequantizeLinear",
+}  # fmt: skip
+_COMPUTE = {"Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearConv",
+            "QLinearMatMul", "ConvTranspose"}  # fmt: skip
+_INT8 = ("QLinear", "Integer", "QGemm", "DynamicQuantize")
+GLUE = "(glue)"
+
+
+@dataclass
+class LayerTime:
+    """One layer of a profiled model."""
+
+    layer: str
+    ms: float = 0.0
+    macs: int = 0
+    kernels: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> str:
+        int8 = any(k.startswith(_INT8) or k.endswith(_INT8) for k in self.kernels)
+        return "int8" if int8 else "fp32"
+
+
+@dataclass
+class ModelProfile:
+    """A model's layers in execution order, and how long a whole run took."""
+
+    layers: list[LayerTime]
+    run_ms: float  # the profiler's median whole run
+    measured_ms: float | None = None  # the timing protocol's measurement, when taken
+
+    @property
+    def layers_ms(self) -> float:
+        return sum(layer.ms for layer in self.layers)
+
+    def by_name(self) -> dict[str, LayerTime]:
+        return {layer.layer: layer for layer in self.layers}
+
+
+def layer_of(node_name: str) -> str:
+    """The module path the exporter named a node after (``/a/a.0/Conv`` -> ``a.0``)."""
+    parts = [p for p in node_name.split("/") if p]
+    return parts[-2] if len(parts) >= 2 else GLUE
+
+
+def _owners(graph: Any) -> dict[str, str]:
+    """Every original node name and output name -> the layer that owns it."""
+    producer = {out: node for node in graph.node for out in node.output}
+    memo: dict[str, str] = {}
+
+    def owner(node: Any, depth: int = 0) -> str:
+        if node.name in memo:
+            return memo[node.name]
+        found = layer_of(node.name)
+        if node.op_type in _FOLLOWERS and node.input and depth < 4:
+            src = producer.get(node.input[0])
+            if src is not None and (src.op_type in _COMPUTE or src.op_type in _FOLLOWERS):
+                found = owner(src, depth + 1)
+        memo[node.name] = found
+        return found
+
+    names: dict[str, str] = {}
+    for node in graph.node:
+        who = owner(node)
+        names[node.name] = who
+        for out in node.output:
+            names[out] = who
+    return names
+
+
+def _macs(model: Any) -> dict[str, int]:
+    """MACs per layer of Conv / Gemm / MatMul nodes (and their INT8 forms), from
+    ONNX shape inference; other ops count 0."""
+    import onnx
+    from onnx import numpy_helper
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes: dict[str, list[int]] = {}
+    for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        dims = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
+        shapes[vi.name] = dims
+    for init in inferred.graph.initializer:
+        shapes[init.name] = list(numpy_helper.to_array(init).shape)
+    owners = _owners(inferred.graph)
+    macs: dict[str, int] = {}
+    for node in inferred.graph.node:
+        weight_index = {"QLinearConv": 3, "QLinearMatMul": 3}.get(node.op_type, 1)
+        if node.op_type not in _COMPUTE or len(node.input) <= weight_index:
+            continue
+        out = shapes.get(node.output[0])
+        w = shapes.get(node.input[weight_index])
+        if not out or not w:
+            continue
+        size = 1
+        for d in out:
+            size *= d
+        if "Conv" in node.op_type:
+            per_output = 1
+            for d in w[1:]:  # Cin/groups x kernel
+                per_output *= d
+        else:
+            per_output = w[0] if node.op_type != "Gemm" or not _trans_b(node) else w[1]
+        macs[owners[node.name]] = macs.get(owners[node.name], 0) + size * per_output
+    return macs
+
+
+def _trans_b(node: Any) -> bool:
+    return any(a.name == "transB" and a.i == 1 for a in node.attribute)
+
+
+def profile_layers(
+    model: Path, *, threads: int = 1, runs: int = 200, measure: bool = True
+) -> ModelProfile:
+    """``model``'s layers timed inside the whole model (ONNX Runtime's profiler, the
+    median of the later half of ``runs`` runs, batch 1, random inputs), with MACs and
+    kernels; ``measure`` also times the whole model by the timing protocol."""
+    import numpy as np
+    import onnx
+
+    from ._validate import measure_models
+    from .runner import profile_nodes
+
+    data = Path(model).read_bytes()
+    proto = onnx.load_from_string(data)
+    owners = _owners(proto.graph)
+    init = {i.name for i in proto.graph.initializer}
+    rng = np.random.default_rng(0)
+    feeds: dict[str, Any] = {}
+    for inp in proto.graph.input:
+        if inp.name in init:
+            continue
+        tt = inp.type.tensor_type
+        shape = [d.dim_value or 1 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            feeds[inp.name] = rng.integers(0, 2, size=shape).astype(dtype)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+    nodes = profile_nodes(data, feeds, threads, "CPUExecutionProvider", runs=runs)
+    ranked = sorted(owners, key=len, reverse=True)
+    layers: dict[str, LayerTime] = {}
+    for name, (kind, us) in nodes.items():
+        if name == "model_run":
+            continue
+        layer = next((owners[o] for o in ranked if name.startswith(o)), GLUE)
+        if kind in ("ReorderInput", "ReorderOutput"):
+            layer = GLUE
+        entry = layers.setdefault(layer, LayerTime(layer))
+        entry.ms += float(us) / 1000.0
+        if kind not in entry.kernels:
+            entry.kernels.append(kind)
+    for layer, count in _macs(proto).items():
+        layers.setdefault(layer, LayerTime(layer)).macs += count
+    run_ms = float(nodes.get("model_run", ["", statistics.fmean([0.0])])[1]) / 1000.0
+    measured = measure_models([data], threads=threads)[0] if measure else None
+    return ModelProfile(list(layers.values()), run_ms, measured)
+
+
+def compare_layers(model: ModelProfile, baseline: ModelProfile | None) -> list[dict[str, Any]]:
+    """One row per layer (the model's, then the baseline's that the model dropped):
+    its time, share, MACs and precision, beside the baseline's; ``note`` flags a layer
+    whose MACs fell by a fifth or more while its time did not fall by a tenth."""
+    base = baseline.by_name() if baseline else {}
+    total = model.layers_ms or 1.0
+    rows = []
+    seen = set()
+    for layer in [*model.layers, *(b for n, b in base.items() if n not in model.by_name())]:
+        mine = model.by_name().get(layer.layer)
+        theirs = base.get(layer.layer)
+        seen.add(layer.layer)
+        row: dict[str, Any] = {
+            "layer": layer.layer,
+            "ms": round(mine.ms, 5) if mine else 0.0,
+            "share": round((mine.ms if mine else 0.0) / total, 4),
+            "macs": mine.macs if mine else 0,
+            "precision": mine.precision if mine else "-",
+            "kernels": ",".join(mine.kernels) if mine else "(dropped)",
+        }
+        if baseline is not None:
+            row["base_ms"] = round(theirs.ms, 5) if theirs else 0.0
+            row["base_macs"] = theirs.macs if theirs else 0
+            row["base_precision"] = theirs.precision if theirs else "-"
+            note = ""
+            fell = bool(theirs and mine and theirs.macs and mine.macs <= 0.8 * theirs.macs)
+            if fell and mine and theirs and mine.ms >= 0.9 * theirs.ms:
+                note = "MACs fell, time did not"
+            row["note"] = note
+        rows.append(row)
+    return rows
+
+
+def plot_layers(rows: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
+    """Per-layer times as horizontal bars (the baseline's beside, where given)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["layer"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.28 * len(rows) + 1)))
+    ys = range(len(rows))
+    if rows and "base_ms" in rows[0]:
+        ax.barh([y + 0.2 for y in ys], [r["base_ms"] for r in rows], 0.4, label="baseline")
+        ax.barh([y - 0.2 for y in ys], [r["ms"] for r in rows], 0.4, label="model")
+        ax.legend()
+    else:
+        ax.barh(list(ys), [r["ms"] for r in rows])
+    ax.set_yticks(list(ys), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("kernel time inside the model (ms, ONNX Runtime profiler)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,77 @@
+"""`frontier profile`: each layer's time inside the model, its MACs, kernels and
+precision, beside a baseline's same layers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from frontier.latency_models import compare_layers, profile_layers
+from frontier.search.cli import main
+
+
+class Net(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.body = nn.Sequential(nn.Conv2d(width, width, 3, padding=1), nn.ReLU())
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.body(torch.relu(self.stem(x)))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def _export(width: int, path: Path) -> Path:
+    torch.manual_seed(0)
+    torch.onnx.export(Net(width).eval(), torch.randn(1, 3, 16, 16), path, dynamo=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folder = tmp_path_factory.mktemp("profile")
+    wide, narrow = _export(32, folder / "wide.onnx"), _export(16, folder / "narrow.onnx")
+    int8 = folder / "int8.onnx"
+    quantize_dynamic(str(wide), str(int8), weight_type=QuantType.QUInt8)
+    return {"wide": wide, "narrow": narrow, "int8": int8}
+
+
+def test_layers_carry_their_time_macs_and_precision(models: dict[str, Path]) -> None:
+    wide = profile_layers(models["wide"], runs=40, measure=False)
+    layers = wide.by_name()
+    assert {"stem", "body.0", "head"} <= set(layers)
+    # MACs as a user counts them: output elements x (Cin x k x k) for a conv
+    assert layers["stem"].macs == 16 * 16 * 32 * 3 * 9
+    assert layers["body.0"].macs == 16 * 16 * 32 * 32 * 9
+    assert layers["head"].macs == 32 * 10
+    assert all(layers[n].ms > 0 for n in ("stem", "body.0"))
+    assert {layers[n].precision for n in ("stem", "body.0", "head")} == {"fp32"}
+    # kernel times run inside the run: their sum cannot exceed it
+    assert 0 < wide.layers_ms <= wide.run_ms * 1.01
+    int8 = profile_layers(models["int8"], runs=40, measure=False).by_name()
+    assert int8["body.0"].precision == "int8"  # ConvInteger
+
+
+def test_a_pruned_model_against_its_baseline(
+    models: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    narrow = profile_layers(models["narrow"], runs=40, measure=False)
+    wide = profile_layers(models["wide"], runs=40, measure=False)
+    rows = {r["layer"]: r for r in compare_layers(narrow, wide)}
+    assert rows["body.0"]["macs"] * 4 == rows["body.0"]["base_macs"]  # half the channels
+    assert rows["body.0"]["kernels"] == "Conv"
+    out = tmp_path / "out"
+    assert main(["profile", str(models["narrow"]), "--baseline", str(models["wide"]),
+                 "--runs", "40", "--out", str(out), "--format", "json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"]["model"]["measured_ms"] > 0
+    assert report["summary"]["speedup_measured"] > 0
+    assert (out / "profile.csv").exists() and (out / "profile.png").stat().st_size > 0
+    assert main(["profile", str(tmp_path / "missing.onnx")]) == 2
