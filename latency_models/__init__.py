@@ -9,6 +9,7 @@ Flow: ``write_bundle`` (``frontier lut ops``) -> ``runner`` on the device
 from ._bundle import VALIDATION_SEED0, SpaceOps, space_ops, whole_model_bytes, write_bundle
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
+from ._front import read_front_result, write_front_bundle
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
 from ._profile import LayerTime, ModelProfile, compare_layers, plot_layers, profile_layers
@@ -76,6 +77,7 @@ __all__ = [
     "profile_layers",
     "protocol",
     "quiet_root_logger",
+    "read_front_result",
     "read_manifest",
     "read_table",
     "register_local",
@@ -85,4 +87,5 @@ __all__ = [
     "validate",
     "whole_model_bytes",
     "write_bundle",
+    "write_front_bundle",
 ]

@@ -454,7 +454,7 @@ def measure_bundle(
     provider: str = "CPUExecutionProvider",
     threads: int = 1,
     batch_size: int = 1,
-    kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation"),
+    kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation", "front"),
     rounds: int = ROUNDS,
     round_s: float = ROUND_S,
 ) -> Path:
@@ -471,7 +471,8 @@ def measure_bundle(
     it is done; models already in ``out`` are skipped, so an interrupted run resumes.
 
     Args:
-        bundle: the ``.zip`` written by ``frontier lut ops``.
+        bundle: the ``.zip`` written by ``frontier lut ops`` (or ``lut front``: a
+            search's front members, kind ``front``).
         out: the CSV to write.
         device: the device's name, as the user calls it (``pi4``, ``local-cpu``).
         provider: the ONNX Runtime execution provider.

@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from .._setup import task_and_space
-from ._common import STORE_HELP, device_store, load, usage_errors
+from ._common import STORE_HELP, UsageError, device_store, load, usage_errors
 
 
 def add_commands(sub: Any) -> None:
     p = sub.add_parser(
-        "lut", help="device latency tables: ops, measure, import, list, show, validate"
+        "lut", help="device latency tables: ops, front, measure, import, list, show, validate"
     )
     lsub = p.add_subparsers(dest="action", required=True)
     for add in (
         _ops_command,
+        _front_command,
         _measure_command,
         _import_command,
         _list_command,
@@ -80,6 +81,53 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _front_command(sub: Any) -> None:
+    e = sub.add_parser(
+        "front", help="pack a search's front models for the device runner on a remote device"
+    )
+    e.add_argument("--device", required=True, help="the device's name, as its metrics will say")
+    e.add_argument("--out", required=True, help="the bundle .zip to write")
+    e.add_argument("--experiment", help="MLflow experiment (default: the latest search)")
+    e.add_argument("--run", help="the search's parent run id")
+    e.add_argument("--tracking-uri", help="MLflow (default $MLFLOW_TRACKING_URI)")
+    e.set_defaults(func=cmd_lut_front)
+
+
+def cmd_lut_front(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from frontier.latency_models import write_front_bundle
+
+    from .._results import query_front
+    from .._tracking import download, resolve_uri
+    from ._common import tracking_uri
+
+    uri = tracking_uri(args)
+    parent, frame = query_front(uri, experiment=args.experiment, run=args.run)
+    models, missing = [], []
+    with tempfile.TemporaryDirectory(prefix="frontier-front-") as tmp:
+        for run_id, trial in zip(frame["run_id"], frame["trial"], strict=True):
+            try:
+                got = download(uri, run_id, Path(tmp) / run_id)
+            except Exception:  # a member whose export failed has no model
+                missing.append(int(trial))
+                continue
+            models.append((run_id, got["model.onnx"].read_bytes()))
+    if not models:
+        raise UsageError("lut front: no front member of that search has an ONNX model")
+    source = {"parent": parent.info.run_id, "tracking_uri": resolve_uri(uri)}
+    write_front_bundle(args.out, models, device=args.device, source=source)
+    print(
+        f"wrote {args.out}: {len(models)} front models of search {parent.info.run_name} "
+        f"for {args.device}"
+        + (f" (trials without a model: {missing})" if missing else "")
+        + f"\nnext, on the device: python runner.py {Path(args.out).name} --device "
+        f"{args.device} --out {args.device}-front.csv; then here: frontier lut import "
+        f"{args.device}-front.csv"
+    )
+    return 0
+
+
 def _measure_command(sub: Any) -> None:
     from frontier.latency_models.runner import add_measure_arguments
 
@@ -100,9 +148,15 @@ def cmd_lut_measure(args: argparse.Namespace) -> int:
 
 
 def _import_command(sub: Any) -> None:
-    e = sub.add_parser("import", help="validate a measured table and store it")
+    e = sub.add_parser(
+        "import",
+        help="validate a measured table and store it (or attach a measured front to its "
+        "trials in MLflow)",
+    )
     e.add_argument("table")
-    e.add_argument("--name", required=True, help="the device name to store it under")
+    e.add_argument(
+        "--name", help="the device name to store it under (not for a front: its bundle names it)"
+    )
     e.add_argument("--bundle", help="the bundle it measured (enables calibration)")
     e.add_argument("--power-w", type=float, help="the device's active power in watts")
     e.add_argument("--transfer-gbps", type=float, help="bandwidth to the offload device")
@@ -121,11 +175,43 @@ def _import_command(sub: Any) -> None:
         "metadata), recording what it loses in the table's import_warnings",
     )
     e.add_argument("--store", help=STORE_HELP)
+    e.add_argument("--tracking-uri", help="for a front: MLflow (default: the one it came from)")
     e.set_defaults(func=cmd_lut_import)
+
+
+def _attach_front(args: argparse.Namespace) -> int | None:
+    """A front measured by the runner (``lut front``): its latencies logged on each
+    member's run as ``latency_measured_ms@DEVICE``; None when ``args.table`` is not one."""
+    from frontier.latency_models import read_front_result
+
+    try:
+        front, measured = read_front_result(args.table)
+    except ValueError:
+        return None
+    from mlflow import MlflowClient
+
+    from .._tracking import MEASURED_PREFIX, metric_key
+
+    device = front["device"]
+    uri = args.tracking_uri or front["tracking_uri"]
+    client = MlflowClient(tracking_uri=uri)
+    for run_id, ms in measured.items():
+        client.log_metric(run_id, metric_key(f"{MEASURED_PREFIX}{device}"), ms)
+    print(
+        f"attached {len(measured)} measured latencies on {device} to the front of search "
+        f"{front['parent']} ({uri}); frontier pareto shows them"
+    )
+    return 0
 
 
 def cmd_lut_import(args: argparse.Namespace) -> int:
     from frontier.latency_models import DeviceMeta, LatencyModel, read_manifest
+
+    attached = _attach_front(args)
+    if attached is not None:
+        return attached
+    if not args.name:
+        raise UsageError("lut import: --name is required (the device to store the table under)")
 
     meta = DeviceMeta(
         active_power_w=args.power_w,

@@ -68,3 +68,38 @@ def test_every_front_member_is_measured_beside_its_prediction(write_config, caps
     assert main(["pick", "--best", "latency_ms@local-cpu", "--no-measure"]) == 0
     picked = json.loads(capsys.readouterr().out)
     assert picked["serving"]["serving_latency_saved_ms@local-cpu"] > 0  # the fastest member
+
+
+@pytest.mark.slow
+def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
+    write_config, workdir: Path, capsys
+) -> None:
+    """lut front -> the device runner (a process of its own, as on the device) -> lut
+    import: each front member's run gets the device's measured latency."""
+    import subprocess
+    import sys
+
+    path = write_config(
+        objectives=[{"name": "accuracy", "options": {"steps": 20}}, "size_bytes"],
+        constraints=[],
+        search={"trials": 6, "population": 3, "fidelity": {"rungs": ["proxy"]}},
+        tracking={"measure_front": False},
+    )
+    result = run(path, progress=False)
+    bundle = workdir / "front.zip"
+    assert main(["lut", "front", "--device", "edge-box", "--out", str(bundle)]) == 0
+    out = workdir / "device" / "edge-box-front.csv"
+    out.parent.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "frontier.latency_models.runner", str(bundle),
+         "--device", "edge-box", "--out", str(out), "--rounds", "2", "--round-s", "0.02"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    capsys.readouterr()
+    assert main(["lut", "import", str(out)]) == 0
+    assert "attached" in capsys.readouterr().out
+    assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["trial"] for r in rows} == set(result.pareto.trial)
+    assert all(r["latency_measured_ms@edge-box"] > 0 for r in rows)

@@ -1,0 +1,68 @@
+"""A search's front, measured on a device Frontier cannot reach: the members' ONNX
+models packed as a bundle the device runner measures like any other (kind ``front``),
+and the runner's result read back, keyed by each member's MLflow run id."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .runner import BUNDLE_FORMAT, BUNDLE_VERSION, manifest_path
+
+FRONT_KIND = "front"
+
+
+def write_front_bundle(
+    out: str | Path, models: Sequence[tuple[str, bytes]], *, device: str, source: dict[str, Any]
+) -> dict[str, Any]:
+    """Write ``models`` (``(run id, ONNX bytes)``) to the bundle ``out`` for the runner
+    on ``device``; ``source`` (the search's parent run and tracking URI) travels in the
+    manifest so the result can be attached to those runs."""
+    digest = hashlib.sha256()
+    entries = []
+    for i, (run_id, data) in enumerate(models):
+        digest.update(run_id.encode() + data)
+        entries.append(
+            {"id": f"front-{i}", "kind": FRONT_KIND, "key": run_id, "file": f"front-{i}.onnx"}
+        )
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "bundle_id": digest.hexdigest()[:16],
+        "name": f"front of {source.get('parent', '?')}",
+        "batch_size": 1,
+        "front": {"device": device, **source},
+        "models": entries,
+    }
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for entry, (_, data) in zip(entries, models, strict=True):
+            zf.writestr(entry["file"], data)
+        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
+    return manifest
+
+
+def read_front_result(result: str | Path) -> tuple[dict[str, Any], dict[str, float]]:
+    """The front manifest a runner's result was measured from (``front``: device,
+    parent run, tracking URI) and each member's measured ms by run id (``ok`` rows).
+    Raises ValueError when ``result`` is not the measurement of a front bundle."""
+    result = Path(result)
+    copy = manifest_path(result)
+    if not result.is_file() or not copy.is_file():
+        raise ValueError(
+            f"{result}: needs the runner's CSV and its {copy.name} beside it (the runner "
+            "writes both)"
+        )
+    manifest = json.loads(copy.read_text())
+    if "front" not in manifest:
+        raise ValueError(f"{result}: not the measurement of a front bundle (lut front)")
+    measured: dict[str, float] = {}
+    with result.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("kind") == FRONT_KIND and row.get("status") == "ok":
+                measured[row["key"]] = float(row["median_ms"])
+    return manifest["front"], measured
