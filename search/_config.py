@@ -266,6 +266,9 @@ class TrackingSection(_Section):
     export_front: bool = True
     #: at the end, time each front member on the devices measured here (local-cpu)
     measure_front: bool = True
+    #: and profile each member layer by layer beside the baseline (``frontier profile``),
+    #: logged as its run's ``profile/`` artifacts
+    profile_front: bool = True
     #: MLflow writes at once (each trial's in order): None is 4 against a tracking
     #: server (round trips overlap) and 1 for a local database
     write_lanes: int | None = Field(default=None, ge=1, le=32)

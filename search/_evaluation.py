@@ -260,6 +260,14 @@ class Evaluation:
         with _torch_threads(threads):
             return self._export_model(self.scored_model(compression, rung), compression, path)
 
+    def export_baseline(self, path: Path) -> Any:
+        """Write the uncompressed model (every choice at its uncompressed value, no
+        fine-tuning) as ONNX at ``path``: what compressed models are compared with."""
+        from frontier.evaluators import Candidate
+
+        plan = self.space.plan_of(self.space.uncompressed_params())
+        return self._export_model(self.context.compressed(Candidate(plan)), plan, path)
+
     def _export_model(self, model: nn.Module, plan: CompressionPlan, path: Path) -> Any:
         from frontier.spaces import export_onnx
 

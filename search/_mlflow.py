@@ -103,6 +103,8 @@ class MlflowCallback(Callback):
             (and at the end): they cost CPU.
         write_lanes: MLflow writes at once (a trial's writes stay in order); None: 4
             against a tracking server, 1 for a local database.
+        profile_front: at the end, profile each front member's layers beside the
+            baseline's (``profile/`` artifacts of its run).
     """
 
     def __init__(
@@ -114,11 +116,13 @@ class MlflowCallback(Callback):
         measure_front: bool = True,
         plot_interval_s: float = 20.0,
         write_lanes: int | None = None,
+        profile_front: bool = False,
     ) -> None:
         self.uri = uri
         self.experiment = experiment
         self.export_front = export_front
         self.measure_front = measure_front
+        self.profile_front = profile_front
         self.plot_interval_s = plot_interval_s
         self.parent = ""
         #: what MLflow was last told: the trials tagged on the front, and the rung whose
@@ -295,6 +299,11 @@ class MlflowCallback(Callback):
             metric, _, device = name.partition("@")
             if metric == "latency_ms" and device:
                 self._measure_front(search, members, device)
+        if self.profile_front:
+            from ._savings import profile_front
+
+            runs = {n: search.records[n].run_id for n in members}
+            profile_front(search, self._models, self._dir(), self.tracker, runs)
 
     def _report_savings(self, search: SearchView) -> None:
         """Each front member's year of serving (``serving_*@DEVICE``, ``_savings``)."""

@@ -1,6 +1,8 @@
-"""A year of serving: what each front member saves over the config's deployment
-(``carbon``: inferences a day, days, grid, PUE, prices) against its baseline, and the
-day that pays back the search's own energy and carbon (CodeCarbon's measurement)."""
+"""What a finished front is worth, member by member: a year of serving (what each saves
+over the config's deployment, ``carbon``: inferences a day, days, grid, PUE, prices,
+against its baseline, and the day that pays back the search's own energy and carbon,
+CodeCarbon's measurement), and where its time goes layer by layer beside the
+baseline's (``frontier profile``)."""
 
 from __future__ import annotations
 
@@ -94,3 +96,50 @@ def _energy(
         return None
     # ms x W = mJ
     return base[f"latency_ms@{device}"] * power, values[f"latency_ms@{device}"] * power
+
+
+#: profiled runs per model at the end of a search (``frontier profile`` uses 200)
+PROFILE_RUNS = 100
+
+
+def profile_front(
+    search: SearchView,
+    models: dict[int, Any],
+    folder: Any,
+    tracker: Any,
+    runs: dict[int, str],
+) -> None:
+    """Each front member's ONNX model profiled layer by layer beside the baseline's
+    (exported here, uncompressed): ``profile/profile.csv`` and ``profile.png`` on its
+    run. A failure is a warning, never the search's."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from frontier.latency_models import compare_layers, plot_layers, profile_layers
+
+    models = {n: models[n] for n in runs}  # the members measured here
+    if not models:
+        return
+    threads = search.config.backend.threads_per_trial or 1
+    try:
+        base_path = Path(folder) / "baseline.onnx"
+        search.evaluation.export_baseline(base_path)
+        base = profile_layers(base_path, threads=threads, runs=PROFILE_RUNS, measure=False)
+    except Exception as err:
+        logger.warning("front not profiled (the baseline: %s)", err)
+        return
+    for n, path in models.items():
+        try:
+            mine = profile_layers(Path(path), threads=threads, runs=PROFILE_RUNS, measure=False)
+            rows = compare_layers(mine, base)
+            out = Path(folder) / f"profile-{n}"
+            out.mkdir(exist_ok=True)
+            pd.DataFrame(rows).to_csv(out / "profile.csv", index=False)
+            plot_layers(rows, out / "profile.png", f"trial {n}: layer times beside the baseline")
+            tracker.log_artifact_files(
+                runs[n], [out / "profile.csv", out / "profile.png"], "profile"
+            )
+        except Exception as err:
+            logger.warning("trial %d: not profiled (%s)", n, err)
+    logger.info("profiled %d front members layer by layer (profile/ artifacts)", len(models))

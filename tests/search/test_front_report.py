@@ -69,6 +69,18 @@ def test_every_front_member_is_measured_beside_its_prediction(write_config, caps
     picked = json.loads(capsys.readouterr().out)
     assert picked["serving"]["serving_latency_saved_ms@local-cpu"] > 0  # the fastest member
 
+    # each member profiled layer by layer beside the baseline
+    import pandas as pd
+
+    for r in runs:
+        if int(r.data.tags["frontier.trial"]) in measured:
+            names = {a.path for a in client.list_artifacts(r.info.run_id, "profile")}
+            assert names == {"profile/profile.csv", "profile/profile.png"}
+            local = client.download_artifacts(r.info.run_id, "profile/profile.csv")
+            layers = pd.read_csv(local)
+            assert {"layer", "ms", "macs", "base_ms", "base_macs"} <= set(layers.columns)
+            assert (layers.ms > 0).any() and (layers.base_ms > 0).any()
+
 
 @pytest.mark.slow
 def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
