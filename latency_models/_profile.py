@@ -62,9 +62,15 @@ class ModelProfile:
 
 
 def layer_of(node_name: str) -> str:
-    """The module path the exporter named a node after (``/a/a.0/Conv`` -> ``a.0``)."""
-    parts = [p for p in node_name.split("/") if p]
-    return parts[-2] if len(parts) >= 2 else GLUE
+    """The module path the exporter named a node after: its scopes, each a child of the
+    one before (``/layer1/layer1.0/conv1/Conv`` -> ``layer1.0.conv1``)."""
+    path: list[str] = []
+    for part in [p for p in node_name.split("/") if p][:-1]:  # the last: the op's name
+        if path and part.startswith(path[-1] + "."):
+            path[-1] = part  # a child named with its parent's name (``layer1.0``)
+        else:
+            path.append(part)
+    return ".".join(path) or GLUE
 
 
 def _owners(graph: Any) -> dict[str, str]:

@@ -43,6 +43,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"wide": wide, "narrow": narrow, "int8": int8}
 
 
+def test_a_layer_is_the_full_module_path() -> None:
+    from frontier.latency_models._profile import layer_of
+
+    assert layer_of("/layer1/layer1.0/conv1/Conv") == "layer1.0.conv1"  # not just conv1
+    assert layer_of("/features/features.0/Conv") == "features.0"
+    assert layer_of("/layer4/layer4.0/downsample/downsample.0/Conv") == "layer4.0.downsample.0"
+    assert layer_of("/head/Gemm") == "head"
+    assert layer_of("ReorderOutput") == "(glue)"
+
+
 def test_layers_carry_their_time_macs_and_precision(models: dict[str, Path]) -> None:
     wide = profile_layers(models["wide"], runs=40, measure=False)
     layers = wide.by_name()
