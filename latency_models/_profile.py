@@ -172,7 +172,9 @@ def profile_layers(
     for name, (kind, us) in nodes.items():
         if name == "model_run":
             continue
-        layer = next((owners[o] for o in ranked if name.startswith(o)), GLUE)
+        # ONNX Runtime calls a Gemm+activation "fused NAME"; NCHWc convs after outputs
+        plain = name.removeprefix("fused ")
+        layer = next((owners[o] for o in ranked if plain.startswith(o)), GLUE)
         if kind in ("ReorderInput", "ReorderOutput"):
             layer = GLUE
         entry = layers.setdefault(layer, LayerTime(layer))

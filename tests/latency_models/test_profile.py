@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from frontier.latency_models import compare_layers, profile_layers
+from frontier.latency_models import LayerTime, compare_layers, profile_layers
 from frontier.search.cli import main
 
 
@@ -19,11 +19,12 @@ class Net(nn.Module):
         super().__init__()
         self.stem = nn.Conv2d(3, width, 3, padding=1)
         self.body = nn.Sequential(nn.Conv2d(width, width, 3, padding=1), nn.ReLU())
+        self.hidden = nn.Sequential(nn.Linear(width, width), nn.ReLU())  # a FusedGemm
         self.head = nn.Linear(width, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.body(torch.relu(self.stem(x)))
-        return self.head(x.mean(dim=(2, 3)))
+        return self.head(self.hidden(x.mean(dim=(2, 3))))
 
 
 def _export(width: int, path: Path) -> Path:
@@ -63,6 +64,8 @@ def test_layers_carry_their_time_macs_and_precision(models: dict[str, Path]) -> 
     assert layers["head"].macs == 32 * 10
     assert all(layers[n].ms > 0 for n in ("stem", "body.0"))
     assert {layers[n].precision for n in ("stem", "body.0", "head")} == {"fp32"}
+    assert "FusedGemm" in layers["hidden.0"].kernels  # "fused /hidden/hidden.0/Gemm"
+    assert "FusedGemm" not in layers.get("(glue)", LayerTime("(glue)")).kernels
     # kernel times run inside the run: their sum cannot exceed it
     assert 0 < wide.layers_ms <= wide.run_ms * 1.01
     int8 = profile_layers(models["int8"], runs=40, measure=False).by_name()
