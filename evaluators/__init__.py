@@ -29,6 +29,7 @@ from ._base import (
 )
 from ._cost import BopsEvaluator, MacsEvaluator, SizeEvaluator
 from ._hardware import (
+    SAVINGS_PREFIX,
     CarbonEvaluator,
     CarbonScenario,
     EnergyEvaluator,
@@ -41,6 +42,7 @@ __all__ = [
     "FIDELITIES",
     "MAXIMIZE",
     "MINIMIZE",
+    "SAVINGS_PREFIX",
     "AccuracyEvaluator",
     "BopsEvaluator",
     "Candidate",

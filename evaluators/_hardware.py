@@ -110,11 +110,14 @@ class CarbonScenario:
             f"CodeCarbon energy mix {self.country_iso} ({entry.get('year', '?')})"
         )
 
+    def kwh(self, energy_mj: float) -> float:
+        """The deployment's energy at ``energy_mj`` per inference, PUE included."""
+        return energy_mj / 1000.0 / 3.6e6 * self.inferences_per_day * self.days * self.pue
+
     def co2e_g(self, energy_mj: float) -> float:
         """Operational gCO2e of the deployment at ``energy_mj`` per inference."""
         intensity, _ = self.intensity()
-        kwh = energy_mj / 1000.0 / 3.6e6 * self.inferences_per_day * self.days
-        return kwh * self.pue * intensity
+        return self.kwh(energy_mj) * intensity
 
 
 @register_evaluator("co2e_g")
@@ -154,6 +157,10 @@ class CarbonEvaluator(Evaluator):
         )
 
 
+#: the name of every ``ServingSavings`` figure as a metric starts with this
+SAVINGS_PREFIX = "serving_"
+
+
 @dataclass(frozen=True)
 class ServingSavings:
     """What serving a compressed model instead of its baseline saves over a deployment
@@ -185,7 +192,7 @@ class ServingSavings:
 
     def metrics(self, suffix: str = "") -> dict[str, float]:
         """The figures as MLflow metrics (``serving_*``; None left out)."""
-        return {f"serving_{k}{suffix}": v for k, v in asdict(self).items() if v is not None}
+        return {f"{SAVINGS_PREFIX}{k}{suffix}": v for k, v in asdict(self).items() if v is not None}
 
 
 def serving_savings(
@@ -202,11 +209,10 @@ def serving_savings(
 ) -> ServingSavings:
     """Savings of serving a model at ``model_ms`` / ``model_mj`` per inference instead of
     its baseline, over ``scenario``, and the day each pays back the search's cost."""
-    inferences = scenario.inferences_per_day * scenario.days
     saved_mj = baseline_mj - model_mj
-    kwh = saved_mj / 1000.0 / 3.6e6 * inferences * scenario.pue
-    co2e = kwh * scenario.intensity()[0]
-    hours = (baseline_ms - model_ms) / 3.6e6 * inferences
+    kwh = scenario.kwh(saved_mj)
+    co2e = scenario.co2e_g(saved_mj)
+    hours = (baseline_ms - model_ms) / 3.6e6 * scenario.inferences_per_day * scenario.days
     money = None
     if price_per_kwh is not None or price_per_instance_hour is not None:
         money = kwh * (price_per_kwh or 0.0) + hours * (price_per_instance_hour or 0.0)

@@ -13,7 +13,7 @@ owns (layout reorders, quantize/dequantize between layers) are the glue.
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +60,17 @@ class ModelProfile:
     def by_name(self) -> dict[str, LayerTime]:
         return {layer.layer: layer for layer in self.layers}
 
+    def summary(self) -> dict[str, Any]:
+        """The whole run three ways: the layers' kernel times summed, the profiler's own
+        run, and the timing protocol (no profiler attached)."""
+        measured = self.measured_ms
+        return {
+            "layers_ms": round(self.layers_ms, 4),
+            "profiled_run_ms": round(self.run_ms, 4),
+            "measured_ms": round(measured, 4) if measured else None,
+            "layers/measured": round(self.layers_ms / measured, 3) if measured else None,
+        }
+
 
 def layer_of(node_name: str) -> str:
     """The module path the exporter named a node after: its scopes, each a child of the
@@ -98,9 +109,9 @@ def _owners(graph: Any) -> dict[str, str]:
     return names
 
 
-def _macs(model: Any) -> dict[str, int]:
-    """MACs per layer of Conv / Gemm / MatMul nodes (and their INT8 forms), from
-    ONNX shape inference; other ops count 0."""
+def _macs(model: Any, owners: dict[str, str]) -> dict[str, int]:
+    """MACs per layer (``owners``: node name -> layer) of Conv / Gemm / MatMul nodes
+    (and their INT8 forms), from ONNX shape inference; other ops count 0."""
     import onnx
     from onnx import numpy_helper
 
@@ -111,7 +122,6 @@ def _macs(model: Any) -> dict[str, int]:
         shapes[vi.name] = dims
     for init in inferred.graph.initializer:
         shapes[init.name] = list(numpy_helper.to_array(init).shape)
-    owners = _owners(inferred.graph)
     macs: dict[str, int] = {}
     for node in inferred.graph.node:
         weight_index = {"QLinearConv": 3, "QLinearMatMul": 3}.get(node.op_type, 1)
@@ -121,13 +131,9 @@ def _macs(model: Any) -> dict[str, int]:
         w = shapes.get(node.input[weight_index])
         if not out or not w:
             continue
-        size = 1
-        for d in out:
-            size *= d
+        size = math.prod(out)
         if "Conv" in node.op_type:
-            per_output = 1
-            for d in w[1:]:  # Cin/groups x kernel
-                per_output *= d
+            per_output = math.prod(w[1:])  # Cin/groups x kernel
         else:
             per_output = w[0] if node.op_type != "Gemm" or not _trans_b(node) else w[1]
         macs[owners[node.name]] = macs.get(owners[node.name], 0) + size * per_output
@@ -144,28 +150,15 @@ def profile_layers(
     """``model``'s layers timed inside the whole model (ONNX Runtime's profiler, the
     median of the later half of ``runs`` runs, batch 1, random inputs), with MACs and
     kernels; ``measure`` also times the whole model by the timing protocol."""
-    import numpy as np
     import onnx
 
     from ._validate import measure_models
-    from .runner import profile_nodes
+    from .runner import open_session, profile_nodes, session_options
 
     data = Path(model).read_bytes()
     proto = onnx.load_from_string(data)
     owners = _owners(proto.graph)
-    init = {i.name for i in proto.graph.initializer}
-    rng = np.random.default_rng(0)
-    feeds: dict[str, Any] = {}
-    for inp in proto.graph.input:
-        if inp.name in init:
-            continue
-        tt = inp.type.tensor_type
-        shape = [d.dim_value or 1 for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[inp.name] = rng.integers(0, 2, size=shape).astype(dtype)
-        else:
-            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+    _, feeds = open_session(data, session_options(threads))  # the runner's seeded inputs
     nodes = profile_nodes(data, feeds, threads, "CPUExecutionProvider", runs=runs)
     ranked = sorted(owners, key=len, reverse=True)
     layers: dict[str, LayerTime] = {}
@@ -181,9 +174,9 @@ def profile_layers(
         entry.ms += float(us) / 1000.0
         if kind not in entry.kernels:
             entry.kernels.append(kind)
-    for layer, count in _macs(proto).items():
+    for layer, count in _macs(proto, owners).items():
         layers.setdefault(layer, LayerTime(layer)).macs += count
-    run_ms = float(nodes.get("model_run", ["", statistics.fmean([0.0])])[1]) / 1000.0
+    run_ms = float(nodes.get("model_run", ["", 0.0])[1]) / 1000.0
     measured = measure_models([data], threads=threads)[0] if measure else None
     return ModelProfile(list(layers.values()), run_ms, measured)
 
@@ -193,13 +186,12 @@ def compare_layers(model: ModelProfile, baseline: ModelProfile | None) -> list[d
     its time, share, MACs and precision, beside the baseline's; ``note`` flags a layer
     whose MACs fell by a fifth or more while its time did not fall by a tenth."""
     base = baseline.by_name() if baseline else {}
+    ours = model.by_name()
     total = model.layers_ms or 1.0
     rows = []
-    seen = set()
-    for layer in [*model.layers, *(b for n, b in base.items() if n not in model.by_name())]:
-        mine = model.by_name().get(layer.layer)
+    for layer in [*model.layers, *(b for n, b in base.items() if n not in ours)]:
+        mine = ours.get(layer.layer)
         theirs = base.get(layer.layer)
-        seen.add(layer.layer)
         row: dict[str, Any] = {
             "layer": layer.layer,
             "ms": round(mine.ms, 5) if mine else 0.0,

@@ -207,9 +207,9 @@ class _Changes:
 def study_lock(url: str, study_name: str) -> Any:
     """Hold ``study_name``'s driver lock in the PostgreSQL database at ``url`` (a
     session advisory lock: the server drops it when the driver's connection dies, so a
-    killed search can always be resumed); None for other databases, where nothing
-    stops a second driver. Returns an object to ``close()``, or None if another driver
-    holds the lock."""
+    killed search can always be resumed). Returns a held lock to ``release()`` (for
+    other databases one that holds nothing: nothing stops a second driver there), or
+    None if another driver holds it."""
     if not url.startswith("postgresql"):
         return _NoLock()
     import sqlalchemy
@@ -230,11 +230,11 @@ class _Lock:
     def __init__(self, conn: Any, engine: Any) -> None:
         self._conn, self._engine = conn, engine
 
-    def close(self) -> None:
+    def release(self) -> None:
         self._conn.close()  # closing the session releases its advisory locks
         self._engine.dispose()
 
 
 class _NoLock:
-    def close(self) -> None:
+    def release(self) -> None:
         pass

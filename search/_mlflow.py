@@ -302,8 +302,8 @@ class MlflowCallback(Callback):
         if self.profile_front:
             from ._savings import profile_front
 
-            runs = {n: search.records[n].run_id for n in members}
-            profile_front(search, self._models, self._dir(), self.tracker, runs)
+            kept = {n: (self._models[n], search.records[n].run_id) for n in members}
+            profile_front(search, kept, self._dir(), self.tracker)
 
     def _report_savings(self, search: SearchView) -> None:
         """Each front member's year of serving (``serving_*@DEVICE``, ``_savings``)."""

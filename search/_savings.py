@@ -6,13 +6,12 @@ baseline's (``frontier profile``)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ._log import logger
 from ._view import SearchView
-
-logger = logging.getLogger("frontier")
 
 
 def report_savings(search: SearchView, log: Callable[[int, dict[str, float]], None]) -> None:
@@ -103,43 +102,37 @@ PROFILE_RUNS = 100
 
 
 def profile_front(
-    search: SearchView,
-    models: dict[int, Any],
-    folder: Any,
-    tracker: Any,
-    runs: dict[int, str],
+    search: SearchView, members: dict[int, tuple[Path, str]], folder: Path, tracker: Any
 ) -> None:
-    """Each front member's ONNX model profiled layer by layer beside the baseline's
-    (exported here, uncompressed): ``profile/profile.csv`` and ``profile.png`` on its
-    run. A failure is a warning, never the search's."""
-    from pathlib import Path
-
+    """Each front member's ONNX model (``members``: trial number -> its model file and
+    run id) profiled layer by layer beside the baseline's (exported here, uncompressed):
+    ``profile/profile.csv`` and ``profile.png`` on its run. A failure is a warning,
+    never the search's."""
     import pandas as pd
 
     from frontier.latency_models import compare_layers, plot_layers, profile_layers
 
-    models = {n: models[n] for n in runs}  # the members measured here
-    if not models:
+    if not members:
         return
     threads = search.config.backend.threads_per_trial or 1
     try:
-        base_path = Path(folder) / "baseline.onnx"
+        base_path = folder / "baseline.onnx"
         search.evaluation.export_baseline(base_path)
         base = profile_layers(base_path, threads=threads, runs=PROFILE_RUNS, measure=False)
     except Exception as err:
         logger.warning("front not profiled (the baseline: %s)", err)
         return
-    for n, path in models.items():
+    for n, (path, run_id) in members.items():
         try:
-            mine = profile_layers(Path(path), threads=threads, runs=PROFILE_RUNS, measure=False)
+            mine = profile_layers(path, threads=threads, runs=PROFILE_RUNS, measure=False)
             rows = compare_layers(mine, base)
-            out = Path(folder) / f"profile-{n}"
+            out = folder / f"profile-{n}"
             out.mkdir(exist_ok=True)
             pd.DataFrame(rows).to_csv(out / "profile.csv", index=False)
             plot_layers(rows, out / "profile.png", f"trial {n}: layer times beside the baseline")
             tracker.log_artifact_files(
-                runs[n], [out / "profile.csv", out / "profile.png"], "profile"
+                run_id, [out / "profile.csv", out / "profile.png"], "profile"
             )
         except Exception as err:
             logger.warning("trial %d: not profiled (%s)", n, err)
-    logger.info("profiled %d front members layer by layer (profile/ artifacts)", len(models))
+    logger.info("profiled %d front members layer by layer (profile/ artifacts)", len(members))

@@ -320,8 +320,7 @@ class StudyStore:
 
     def close(self) -> None:
         if self._lock is not None:
-            release = getattr(self._lock, "release", None) or self._lock.close
-            release()
+            self._lock.release()  # a file lock, or a database's (``study_lock``)
             self._lock = None
 
 

@@ -49,11 +49,11 @@ def _onnx_file(target: str, args: argparse.Namespace, scratch: Path) -> Path:
         if not path.is_file():
             raise UsageError(f"profile: {path}: no such ONNX file")
         return path
-    from .._tracking import download
+    from .._tracking import MODEL_FILE, download
     from ._common import tracking_uri
 
     try:
-        return download(tracking_uri(args), target, scratch / target)["model.onnx"]
+        return download(tracking_uri(args), target, scratch / target)[MODEL_FILE]
     except Exception as err:
         raise UsageError(
             f"profile: {target!r} is neither an ONNX file nor a trial run with a model "
@@ -88,9 +88,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.format == "csv":
         print(frame.to_csv(index=False), end="")
         return 0
-    summary = {"model": _summary(mine)}
+    summary = {"model": mine.summary()}
     if theirs is not None:
-        summary["baseline"] = _summary(theirs)
+        summary["baseline"] = theirs.summary()
         if mine.measured_ms and theirs.measured_ms:
             summary["speedup_measured"] = round(theirs.measured_ms / mine.measured_ms, 3)
     if args.format == "json":
@@ -101,19 +101,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"{name}: {s}" if not isinstance(s, dict) else f"{name}: " + ", ".join(
             f"{k} {v}" for k, v in s.items()))  # fmt: skip
     return 0
-
-
-def _summary(profile: Any) -> dict[str, Any]:
-    """The whole run three ways: the layers' kernel times summed, the profiler's own
-    run, and the timing protocol (no profiler attached)."""
-    return {
-        "layers_ms": round(profile.layers_ms, 4),
-        "profiled_run_ms": round(profile.run_ms, 4),
-        "measured_ms": round(profile.measured_ms, 4) if profile.measured_ms else None,
-        "layers/measured": round(profile.layers_ms / profile.measured_ms, 3)
-        if profile.measured_ms
-        else None,
-    }
 
 
 def _space_command(sub: Any) -> None:

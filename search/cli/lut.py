@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._setup import task_and_space
-from ._common import STORE_HELP, UsageError, device_store, load, usage_errors
+from ._common import STORE_HELP, UsageError, device_store, load, tracking_uri, usage_errors
 
 
 def add_commands(sub: Any) -> None:
@@ -99,8 +99,7 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
     from frontier.latency_models import write_front_bundle
 
     from .._results import query_front
-    from .._tracking import download, resolve_uri
-    from ._common import tracking_uri
+    from .._tracking import MODEL_FILE, download, resolve_uri
 
     uri = tracking_uri(args)
     parent, frame = query_front(uri, experiment=args.experiment, run=args.run)
@@ -112,7 +111,7 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
             except Exception:  # a member whose export failed has no model
                 missing.append(int(trial))
                 continue
-            models.append((run_id, got["model.onnx"].read_bytes()))
+            models.append((run_id, got[MODEL_FILE].read_bytes()))
     if not models:
         raise UsageError("lut front: no front member of that search has an ONNX model")
     source = {"parent": parent.info.run_id, "tracking_uri": resolve_uri(uri)}
@@ -188,13 +187,11 @@ def _attach_front(args: argparse.Namespace) -> int | None:
         front, measured = read_front_result(args.table)
     except ValueError:
         return None
-    from mlflow import MlflowClient
-
-    from .._tracking import MEASURED_PREFIX, metric_key
+    from .._tracking import MEASURED_PREFIX, _client, metric_key
 
     device = front["device"]
     uri = args.tracking_uri or front["tracking_uri"]
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     for run_id, ms in measured.items():
         client.log_metric(run_id, metric_key(f"{MEASURED_PREFIX}{device}"), ms)
     print(

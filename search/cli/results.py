@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from frontier.evaluators import SAVINGS_PREFIX
+
 from .._results import (
     latency_checks,
     measure_picked,
@@ -20,10 +22,6 @@ from .._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
 from ._common import UsageError, add_tracking_uri, tracking_uri
 
 WHERE_HELP = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"
-
-
-#: the columns of a member's year of serving (``search/_savings.py``)
-SAVINGS_PREFIX = "serving_"
 
 
 def add_commands(sub: Any) -> None:
