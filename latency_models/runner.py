@@ -29,7 +29,7 @@ import time
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 BUNDLE_FORMAT = "frontier-op-bundle"
 #: Version 2 stores large weights as seeded external initializers (``weights``);
@@ -114,15 +114,22 @@ def wall_clock_ms(run: Callable[[], Any]) -> float:
 
 
 def protocol(
-    threads: int, *, rounds: int = ROUNDS, round_s: float = ROUND_S, provider: str = ""
+    threads: int,
+    *,
+    rounds: int = ROUNDS,
+    round_s: float = ROUND_S,
+    provider: str = "",
+    timer: str = "",
 ) -> dict[str, Any]:
-    """How ``time_models`` timed a table or a measurement, for its metadata."""
+    """How ``time_models`` timed a table or a measurement, for its metadata; ``timer``
+    names a timer other than the wall clock (``wall_clock_ms``)."""
     return {
         "name": PROTOCOL_NAME,
         "version": PROTOCOL_VERSION,
         "threads": threads,
         "execution": "sequential, one InferenceSession per model",
         **({"provider": provider} if provider else {}),
+        **({"timer": timer} if timer else {}),
         "warmup_runs": WARMUP_RUNS,
         "rounds": rounds,
         "round_s": round_s,
@@ -411,6 +418,74 @@ def profile_nodes(
     return {k: [kinds[k], statistics.median(v[len(v) // 2 :])] for k, v in times.items() if v}
 
 
+class Backend(Protocol):
+    """What the runner measures a bundle's models with: an ONNX Runtime provider
+    (``OrtBackend``), or another engine with its own timer (a GPU's, in
+    ``runner_cuda``). The loop, the protocol and the files written are the same."""
+
+    provider: str
+    #: the name of ``timer`` in the protocol's metadata ("" for the wall clock)
+    timer_name: str
+
+    def describe(self) -> dict[str, Any]:
+        """What the table's metadata records of the engine (its name and version)."""
+        ...
+
+    def open(
+        self, data: bytes, entry: dict[str, Any], *, batch_size: int, rng: Any
+    ) -> tuple[Callable[[], Any], dict[str, Any]]:
+        """A call that runs the bundle model ``data`` once, and its inputs."""
+        ...
+
+    def timer(self, run: Callable[[], Any]) -> float:
+        """``run()``'s time in ms."""
+        ...
+
+    def profile(self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+        """Each node's kernel time inside the model (``profile_nodes``' format)."""
+        ...
+
+
+class OrtBackend:
+    """ONNX Runtime sessions on ``provider`` with ``threads`` intra-op threads, timed
+    by the wall clock, profiled by ONNX Runtime's profiler."""
+
+    timer_name = ""
+
+    def __init__(self, provider: str = "CPUExecutionProvider", threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        if provider not in ort.get_available_providers():
+            raise ValueError(
+                f"provider {provider!r} is not available; available: "
+                f"{ort.get_available_providers()}"
+            )
+        self.provider, self.threads = provider, threads
+        self._options = session_options(threads)
+        self._version = ort.__version__
+
+    def describe(self) -> dict[str, Any]:
+        return {"onnxruntime": self._version, "provider": self.provider}
+
+    def open(
+        self, data: bytes, entry: dict[str, Any], *, batch_size: int, rng: Any
+    ) -> tuple[Callable[[], Any], dict[str, Any]]:
+        return open_session(
+            data,
+            self._options,
+            provider=self.provider,
+            batch_size=batch_size,
+            rng=rng,
+            **weights_of(entry),
+        )
+
+    def timer(self, run: Callable[[], Any]) -> float:
+        return wall_clock_ms(run)
+
+    def profile(self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+        return profile_nodes(data, feeds, self.threads, self.provider, **weights_of(entry))
+
+
 def read_manifest(bundle: Path) -> dict[str, Any]:
     """The bundle's manifest, checked for format and version."""
     try:
@@ -457,6 +532,7 @@ def measure_bundle(
     kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation", "front"),
     rounds: int = ROUNDS,
     round_s: float = ROUND_S,
+    backend: Backend | None = None,
 ) -> Path:
     """Measure every model of ``bundle`` by the timing protocol (``time_models``) and
     append rows to the CSV ``out``.
@@ -481,31 +557,34 @@ def measure_bundle(
             validation models); op models are built at the bundle's batch size.
         kinds: which kinds of model to measure.
         rounds, round_s: the protocol's rounds and seconds per visit.
+        backend: what opens, times and profiles a model (``OrtBackend(provider,
+            threads)`` by default; ``runner_cuda.TorchCudaBackend`` on a GPU).
     """
     import numpy as np
-    import onnxruntime as ort
 
     bundle, out = Path(bundle), Path(out)
     manifest = read_manifest(bundle)
-    if provider not in ort.get_available_providers():
-        raise ValueError(
-            f"provider {provider!r} is not available; available: {ort.get_available_providers()}"
-        )
+    backend = backend if backend is not None else OrtBackend(provider, threads)
     meta = {
         "device": device,
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "threads": threads,
         "batch_size": batch_size,
-        "onnxruntime": ort.__version__,
-        "provider": provider,
+        **backend.describe(),
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "python": platform.python_version(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "bundle_version": manifest["version"],
         "bundle_id": manifest.get("bundle_id", ""),
-        "protocol": protocol(threads, rounds=rounds, round_s=round_s, provider=provider),
+        "protocol": protocol(
+            threads,
+            rounds=rounds,
+            round_s=round_s,
+            provider=backend.provider,
+            timer=backend.timer_name,
+        ),
     }
     meta_path = Path(str(out) + ".meta.json")
     if meta_path.exists():
@@ -522,7 +601,6 @@ def measure_bundle(
     # The result carries what the table is predicted with (op specs, the ops of each
     # whole model), so an import needs nothing but the files beside the CSV.
     manifest_path(out).write_text(json.dumps(manifest))
-    so = session_options(threads)
     done = _done_ids(out)
     wanted = [m for m in manifest["models"] if m["kind"] in kinds]
     todo = [m for m in wanted if m["id"] not in done]
@@ -575,14 +653,7 @@ def measure_bundle(
                 data = _member(zf, bundle, entry["file"])
                 try:
                     rng = np.random.default_rng(0)
-                    run, feeds = open_session(
-                        data,
-                        so,
-                        provider=provider,
-                        batch_size=batch_size,
-                        rng=rng,
-                        **weights_of(entry),
-                    )
+                    run, feeds = backend.open(data, entry, batch_size=batch_size, rng=rng)
                     run()  # a provider that cannot run it fails here, not mid-timing
                 except Exception as err:  # the provider cannot run it: record, don't crash
                     if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
@@ -597,13 +668,15 @@ def measure_bundle(
                     continue
                 runs.append(run)
                 timed.append((row, entry, data, feeds))
-            stats = time_models(runs, rounds=rounds, round_s=round_s, seed=chunk_no)
+            stats = time_models(
+                runs, rounds=rounds, round_s=round_s, seed=chunk_no, timer=backend.timer
+            )
             for (row, entry, data, feeds), st in zip(timed, stats, strict=True):
                 row.update({k: f"{v:.6g}" for k, v in st.items() if k.endswith("_ms")})
                 row.update(status="ok", error="", runs=int(st["runs"]))
                 row["raw_median_ms"] = row["median_ms"]
                 if entry["kind"] == "calibration":
-                    nodes = profile_nodes(data, feeds, threads, provider, **weights_of(entry))
+                    nodes = backend.profile(data, feeds, entry)
                     with profiles_path(out).open("a") as pf:
                         pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
             for row in rows:

@@ -1,0 +1,105 @@
+"""The PyTorch device runner (``runner_torch``): the same models as ONNX Runtime runs,
+the same protocol and files, INT8 recorded as unsupported. Run on the CPU here; on a GPU
+the only difference is the timer (CUDA events)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from frontier.experiments import DigitsTask
+from frontier.latency_models import (
+    DeviceStore,
+    LatencyModel,
+    measure_bundle,
+    runner,
+    runner_torch,
+    write_bundle,
+)
+from frontier.spaces import SpaceOptions, discover
+
+RUNNER_TORCH = Path(runner_torch.__file__)
+
+
+@pytest.fixture(scope="module")
+def cnn_fp32_bundle(tmp_path_factory):
+    """The digits CNN's space without INT8: convolutions, pooling, GEMM."""
+    task = DigitsTask(model="cnn")
+    model, x = task.new_model().eval(), task.example_inputs()  # latency needs no training
+    options = SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(32,), act_bits=(32,), round_to=4)
+    space = discover(model, x, options)
+    path = tmp_path_factory.mktemp("cnn") / "ops.zip"
+    write_bundle(path, model=model, example_inputs=x, space=space, calibration=8, validation=3)
+    return path
+
+
+def _models(bundle: Path):
+    with zipfile.ZipFile(bundle) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+        for entry in manifest["models"]:
+            yield entry, zf.read(entry["file"])
+
+
+def test_pytorch_computes_what_onnx_runtime_computes(cnn_fp32_bundle):
+    backend = runner_torch.TorchBackend("cpu")
+    options = runner.session_options(1)
+    checked = 0
+    for entry, data in _models(cnn_fp32_bundle):
+        run, feeds = backend.open(data, entry, batch_size=1, rng=np.random.default_rng(0))
+        got = run()
+        session = runner.inference_session(data, options, **runner.weights_of(entry))
+        want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape, entry["id"]
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
+        checked += 1
+    kinds = {e["kind"] for e, _ in _models(cnn_fp32_bundle)}
+    assert checked > 10 and {"op", "calibration", "validation"} <= kinds
+
+
+def test_int8_models_are_unsupported_not_faked(bundle, tmp_path):
+    path, _ = bundle  # the MLP space with INT8 choices
+    out = tmp_path / "t.csv"
+    measure_bundle(
+        path, out, device="t", rounds=1, round_s=0.002, backend=runner_torch.TorchBackend("cpu")
+    )
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    int8 = [r for r in rows if r["kind"] == "op" and r["precision"] == "int8"]
+    fp32 = [r for r in rows if r["kind"] == "op" and r["precision"] == "fp32"]
+    assert int8 and all(r["status"] == "unsupported" and "INT8" in r["error"] for r in int8)
+    assert fp32 and all(r["status"] == "ok" and float(r["median_ms"]) > 0 for r in fp32)
+
+
+def test_script_on_a_device_writes_a_table_frontier_imports(cnn_fp32_bundle, tmp_path):
+    """As on a GPU machine: runner_torch.py run as a script (beside runner.py, no
+    package), then ``lut import`` here; the table's protocol names its engine."""
+    out = tmp_path / "gpu.csv"
+    args = [sys.executable, str(RUNNER_TORCH), str(cnn_fp32_bundle), "--device", "gpu"]
+    args += ["--out", str(out), "--torch-device", "cpu", "--rounds", "1", "--round-s", "0.002"]
+    done = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    meta = json.loads(Path(str(out) + ".meta.json").read_text())
+    assert meta["provider"] == "torch-cpu" and "torch" in meta
+    table = DeviceStore(tmp_path / "store").import_table(out, name="gpu")
+    lm = LatencyModel(table)
+    (plan_row,) = table.whole_models("validation")[:1]
+    specs = [lm.spec_of(k) for k in table.models[plan_row.key]["op_keys"]]
+    assert lm.predict_ops(specs).latency_ms > 0
+
+
+def test_bad_bundle_is_exit_2(tmp_path):
+    bad = tmp_path / "x.zip"
+    bad.write_text("not a zip")
+    args = [sys.executable, str(RUNNER_TORCH), str(bad), "--device", "g", "--out"]
+    done = subprocess.run(
+        [*args, str(tmp_path / "o.csv"), "--torch-device", "cpu"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "not a readable op bundle" in done.stderr
