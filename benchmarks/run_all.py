@@ -689,12 +689,60 @@ def cluster_section(cluster: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def remote_devices_section(remote: dict[str, Any]) -> list[str]:
+    """Held-out devices on a lent GPU machine (``bench_remote_device.py``)."""
+    machine = [line for line in remote.get("machine", []) if line.startswith(("GPU", "Model name"))]
+    lines = [
+        "### Devices nobody tuned for, on a lent GPU machine (`benchmarks/bench_remote_device.py`)",
+        "",
+        "The machine: " + "; ".join(m.strip() for m in machine) + ". Its CPU measured by the "
+        "device runner (ONNX Runtime, 1 thread); its GPU by `runner_torch.py` (eager "
+        "PyTorch, CUDA events; FP32 spaces: eager PyTorch has no INT8 kernels). Each "
+        "predictor is judged on the device's own 50 validation plans.",
+        "",
+        "| space | device and predictor | within 10% | MAPE | tau | median ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for space, rows in remote.get("spaces", {}).items():
+        for label, r in rows.items():
+            if "protocol vs plain loop" in label:
+                continue
+            cells = [(label, r.get("validation") or r.get("few_shot"))]
+            if "few_shot" in r:
+                cells += [
+                    ("  local-cpu's table as it is", r["local_cpu_table_as_is"]),
+                    (
+                        f"  local-cpu's table x {r['local_cpu_scaled_once']['scale']}",
+                        r["local_cpu_scaled_once"],
+                    ),
+                    ("  the same plans in two runs (ceiling)", r["two_runs_agree"]),
+                ]
+            for name, e in cells:
+                median = r.get("median_validation_ms") if name == label else None
+                lines.append(
+                    f"| {space} | {name} | {_pct(e.get('within_10pct'))} | "
+                    f"{_pct(e.get('mape'))} | {e.get('kendall_tau', '-')} | "
+                    f"{'-' if median is None else f'{median:.4f}'} |"
+                )
+    plain = [
+        f"{space} {label.replace(' protocol vs plain loop', '')}: median ratio "
+        f"{r['median_ratio']}, {_pct(r['within_5pct'])} within 5% ({r['models']} models)"
+        for space, rows in remote.get("spaces", {}).items()
+        for label, r in rows.items()
+        if "protocol vs plain loop" in label
+    ]
+    if plain:
+        lines += ["", "The protocol against a plain loop on the same models: " + "; ".join(plain)]
+    return [*lines, ""]
+
+
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
     for filename, section in (
         ("latency-trust.json", latency_trust_section),
         ("cluster.json", cluster_section),
+        ("remote-devices.json", remote_devices_section),
     ):
         path = logs / filename
         if path.exists():

@@ -1,0 +1,319 @@
+"""Held-out devices on a lent GPU machine: its CPU, and its GPU.
+
+Issue "latency a user can trust", item 5: a device nobody tuned for, measured the way a
+user would measure a new device (the op bundle, the device runner there, the import
+here). The GPU machine is lent for minutes and runs what it is given, so this runs in
+three steps:
+
+1. ``prepare DIR`` (here) writes into DIR, with ``frontier lut ops``, the op bundles of
+   two spaces, the digits CNN's (multi-device) and ``mobilenetv2-flops40``'s: each in
+   full and few-shot (50 ops, 10 calibration models), both with the same 50 seeded
+   validation plans; and each space without INT8 (``quantize`` at 32 bits) for the GPU.
+   It also writes ``measure.sh``, what the GPU machine runs.
+2. ``bash DIR/measure.sh`` (there, from the repository root, ``$OUT`` set) runs the
+   device runner (``runner.py``: onnxruntime and numpy, 1 thread) on the machine's CPU
+   for the four mixed bundles, and ``runner_torch.py`` (eager PyTorch, CUDA events) on
+   its GPU for the two FP32 bundles; four processes at once, each pinned to a core of
+   its own. ``plain`` then times 20 validation models of each device with a plain loop
+   (ONNX Runtime on the CPU; PyTorch with ``torch.cuda.synchronize`` on the GPU).
+   Everything lands in ``$OUT/results.tgz``.
+3. ``report DIR RESULTS.tgz`` (here) measures the two full bundles on this machine
+   (``local-cpu``: the base of the few-shot tables), imports every table and writes
+   ``report-logs/remote-devices.json``: per device and space, the full table's error
+   on its own validation plans, the few-shot table's (from ``local-cpu``) beside
+   ``local-cpu``'s table as it is and scaled by one factor, the same plans measured in
+   two runs there (the ceiling), and the protocol against the plain loop.
+
+Run: python benchmarks/bench_remote_device.py prepare .dev/remote
+     (then measure.sh on the GPU machine)
+     python benchmarks/bench_remote_device.py report .dev/remote results.tgz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SPACES = {"digits": "multi-device", "mbv2": "mobilenetv2-flops40"}
+CPU, GPU = "gpu-host-cpu", "gpu-cuda"
+#: seconds after which measure.sh stops every step still running (rows so far are kept:
+#: the runners write each chunk as it is done) and packs what it has
+DEADLINE_S = 470
+
+MEASURE_SH = """#!/bin/bash
+# Runs on the GPU machine from the repository root; $OUT receives results.tgz.
+D={dir}
+R=/tmp/frontier-remote
+mkdir -p $R
+export PYTHONUNBUFFERED=1
+{{ date -u; nvidia-smi -L; lscpu; python3 -c 'import onnxruntime, torch, numpy, onnx
+print("onnxruntime", onnxruntime.__version__, onnxruntime.get_available_providers())
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+}} > $R/machine.txt 2>&1
+END=$((SECONDS + ${{DEADLINE_S:-{deadline}}}))
+left() {{ echo $(( END - SECONDS > 1 ? END - SECONDS : 1 )); }}
+pin() {{ if taskset -c $1 true 2>/dev/null; then taskset -c "$@"; else shift; "$@"; fi; }}
+# RUNNER_ARGS and TORCH_DEVICE are for a dry run elsewhere (short rounds, the CPU)
+cpu() {{ pin $1 timeout $(left) python3 latency_models/runner.py $D/$2.zip \
+  --device {cpu} --out $R/{cpu}-$2.csv ${{RUNNER_ARGS:-}}; }}
+gpu() {{ pin $1 timeout $(left) python3 latency_models/runner_torch.py $D/$2.zip \
+  --device {gpu} --out $R/{gpu}-$2.csv --torch-device ${{TORCH_DEVICE:-cuda}} ${{RUNNER_ARGS:-}}; }}
+plain() {{ pin $1 timeout $(left) python3 benchmarks/bench_remote_device.py plain \
+  $D/$2.zip --engine $3 --out $R/plain-$4-$2.json; }}
+(cpu 2 digits-full; cpu 2 digits-few; plain 2 digits-full ort {cpu}) > $R/log-cpu-digits.txt 2>&1 &
+(cpu 4 mbv2-full; plain 4 mbv2-full ort {cpu}) > $R/log-cpu-mbv2.txt 2>&1 &
+(cpu 6 mbv2-few) > $R/log-cpu-mbv2-few.txt 2>&1 &
+(gpu 10 digits-fp32; gpu 10 mbv2-fp32; plain 10 digits-fp32 cuda {gpu}
+ plain 10 mbv2-fp32 cuda {gpu}) > $R/log-gpu.txt 2>&1 &
+wait
+tail -n 4 $R/log-*.txt
+tar czf $OUT/results.tgz -C $R .
+"""
+
+
+def _frontier(*args: str) -> None:
+    cli = Path(sys.executable).with_name("frontier")
+    subprocess.run([str(cli), *args], check=True, cwd=ROOT)
+
+
+def prepare(folder: Path) -> None:
+    """Bundles and measure.sh into ``folder`` (a path under the repository)."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for short, config in SPACES.items():
+        path = ROOT / "experiments" / "configs" / f"{config}.yaml"
+        fp32 = yaml.safe_load(path.read_text())
+        fp32["name"] = f"{config}-fp32"
+        fp32["space"]["techniques"]["quantize"] = {"weight_bits": [32], "act_bits": [32]}
+        (folder / f"{short}-fp32.yaml").write_text(yaml.safe_dump(fp32, sort_keys=False))
+        for kind, source, extra in (
+            ("full", config, []),
+            ("few", config, ["--few-shot", "50"]),
+            ("fp32", str(folder / f"{short}-fp32.yaml"), []),
+        ):
+            bundle = folder / f"{short}-{kind}.zip"
+            if not bundle.exists():
+                _frontier("lut", "ops", source, "--out", str(bundle), "--validation", "50", *extra)
+    script = MEASURE_SH.format(
+        dir=folder.resolve().relative_to(ROOT), deadline=DEADLINE_S, cpu=CPU, gpu=GPU
+    )
+    (folder / "measure.sh").write_text(script)
+    size = sum(p.stat().st_size for p in folder.glob("*.zip"))
+    print(f"wrote {folder}: bundles {size / 2**20:.1f} MiB and measure.sh")
+
+
+def _plain_ort(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
+    """A user's check on a CPU: one session, 1 thread, 30 warm-up runs, then the
+    median of up to 300 runs or 1 s back to back."""
+    import time
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "latency_models"))
+    import runner
+
+    out = []
+    import zipfile
+
+    with zipfile.ZipFile(bundle) as zf:
+        for entry in entries:
+            so = runner.session_options(1)
+            run, _ = runner.open_session(
+                zf.read(entry["file"]), so, rng=np.random.default_rng(0), **runner.weights_of(entry)
+            )
+            for _ in range(30):
+                run()
+            times: list[float] = []
+            end = time.perf_counter() + 1.0
+            while len(times) < 300 and time.perf_counter() < end:
+                t0 = time.perf_counter()
+                run()
+                times.append((time.perf_counter() - t0) * 1000.0)
+            out.append(statistics.median(times))
+    return out
+
+
+def _plain_cuda(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
+    """A user's check on a GPU: the PyTorch model, 30 warm-up runs, then the median of
+    up to 300 runs or 1 s, each timed by the wall clock around ``run()`` and
+    ``torch.cuda.synchronize()``."""
+    import time
+    import zipfile
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT / "latency_models"))
+    import runner_torch
+
+    device = os.environ.get("TORCH_DEVICE", "cuda")  # cpu: a dry run elsewhere
+    backend = runner_torch.TorchBackend(device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    out = []
+    with zipfile.ZipFile(bundle) as zf:
+        for entry in entries:
+            run, _ = backend.open(
+                zf.read(entry["file"]), entry, batch_size=1, rng=np.random.default_rng(0)
+            )
+            for _ in range(30):
+                run()
+            sync()
+            times: list[float] = []
+            end = time.perf_counter() + 1.0
+            while len(times) < 300 and time.perf_counter() < end:
+                t0 = time.perf_counter()
+                run()
+                sync()
+                times.append((time.perf_counter() - t0) * 1000.0)
+            out.append(statistics.median(times))
+    return out
+
+
+def plain(bundle: Path, engine: str, out: Path, count: int = 20) -> None:
+    """The plain-loop check of ``count`` validation models of ``bundle``."""
+    import zipfile
+
+    with zipfile.ZipFile(bundle) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+    entries = [m for m in manifest["models"] if m["kind"] == "validation"][:count]
+    times = (_plain_ort if engine == "ort" else _plain_cuda)(bundle, entries)
+    out.write_text(json.dumps({m["key"]: t for m, t in zip(entries, times, strict=True)}))
+    median = statistics.median(times)
+    print(f"plain {engine} {bundle.name}: {len(times)} models, median {median:.4f} ms")
+
+
+def report(folder: Path, results: Path, out: Path, spaces: list[str]) -> None:
+    """Import the device's tables beside ``local-cpu`` measured here; write ``out``."""
+    import numpy as np
+
+    from frontier.latency_models import (
+        DeviceStore,
+        LatencyModel,
+        error_summary,
+        measure_bundle,
+    )
+
+    got = folder / "results"
+    got.mkdir(exist_ok=True)
+    with tarfile.open(results) as tar:
+        tar.extractall(got, filter="data")
+    store = DeviceStore(folder / "store")
+    figures: dict[str, Any] = {
+        "machine": (got / "machine.txt").read_text().strip().splitlines(),
+        "spaces": {},
+    }
+
+    def whole(lm: LatencyModel, kind: str) -> dict[int, tuple[Any, float]]:
+        found = {}
+        for row in lm.table.whole_models(kind):
+            entry = lm.table.models[row.key]
+            found[entry["seed"]] = ([lm.spec_of(k) for k in entry["op_keys"]], row.median_ms)
+        return found
+
+    def own(name: str) -> dict[str, Any]:
+        lm = LatencyModel(store.load(name))
+        val = whole(lm, "validation")
+        pred = [lm.predict_ops(s).latency_ms for s, _ in val.values()]
+        return {
+            "validation": error_summary(pred, [m for _, m in val.values()]),
+            "cross_validated": lm.quality().get("calibration", {}),
+            "median_validation_ms": statistics.median(m for _, m in val.values()),
+        }
+
+    for short in spaces:
+        local = f"local-cpu-{short}"
+        base_csv = folder / f"local-cpu-{short}-full.csv"
+        if not base_csv.exists():
+            measure_bundle(folder / f"{short}-full.zip", base_csv, device="local-cpu")
+        store.import_table(base_csv, name=local)
+        space: dict[str, Any] = {"local-cpu (this machine)": own(local)}
+        full = got / f"{CPU}-{short}-full.csv"
+        if full.exists():
+            name = f"{CPU}-{short}"
+            store.import_table(full, name=name)
+            space[f"{CPU} full table"] = own(name)
+            few = got / f"{CPU}-{short}-few.csv"
+            if few.exists():
+                fs = f"{CPU}-{short}-few-shot"
+                table = store.import_table(few, name=fs, few_shot_from=local)
+                lm, base = LatencyModel(table), LatencyModel(store.load(local))
+                val, cal = whole(lm, "validation"), whole(lm, "calibration")
+                as_is = [base.predict_ops(s).latency_ms for s, _ in val.values()]
+                measured = [m for _, m in val.values()]
+                scale = float(
+                    np.median([m / base.predict_ops(s).latency_ms for s, m in cal.values()])
+                )
+                other = whole(LatencyModel(store.load(name)), "validation")
+                seeds = [s for s in val if s in other]
+                space[f"{CPU} few-shot from local-cpu"] = {
+                    "few_shot": lm.quality()["stored_validation"],
+                    "local_cpu_table_as_is": error_summary(as_is, measured),
+                    "local_cpu_scaled_once": {
+                        "scale": round(scale, 4),
+                        **error_summary([scale * p for p in as_is], measured),
+                    },
+                    "two_runs_agree": error_summary(
+                        [val[s][1] for s in seeds], [other[s][1] for s in seeds]
+                    ),
+                }
+        gpu = got / f"{GPU}-{short}-fp32.csv"
+        if gpu.exists():
+            name = f"{GPU}-{short}"
+            store.import_table(gpu, name=name, allow_degraded=True)
+            space[f"{GPU} full table (FP32 space)"] = own(name)
+        for device, bundle in ((CPU, f"{short}-full"), (GPU, f"{short}-fp32")):
+            plain_json = got / f"plain-{device}-{bundle}.json"
+            table = f"{device}-{short}"
+            if plain_json.exists() and store.has(table):
+                loop = json.loads(plain_json.read_text())
+                lm = LatencyModel(store.load(table))
+                rows = {r.key: r.median_ms for r in lm.table.whole_models("validation")}
+                keys = [k for k in loop if k in rows]
+                ratios = [rows[k] / loop[k] for k in keys]
+                space[f"{device} protocol vs plain loop"] = {
+                    "models": len(keys),
+                    "median_ratio": round(statistics.median(ratios), 4),
+                    "within_5pct": round(float(np.mean([abs(r - 1) <= 0.05 for r in ratios])), 3),
+                }
+        figures["spaces"][SPACES[short]] = space
+        print(json.dumps({SPACES[short]: space}, indent=1), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2))
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("dir")
+    p = sub.add_parser("plain")
+    p.add_argument("bundle")
+    p.add_argument("--engine", choices=["ort", "cuda"], required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("dir")
+    p.add_argument("results")
+    p.add_argument("--json", default=str(HERE / "report-logs" / "remote-devices.json"))
+    p.add_argument("--spaces", nargs="+", choices=list(SPACES), default=list(SPACES))
+    args = parser.parse_args()
+    if args.step == "prepare":
+        prepare(Path(args.dir))
+    elif args.step == "plain":
+        plain(Path(args.bundle), args.engine, Path(args.out))
+    else:
+        report(Path(args.dir), Path(args.results), Path(args.json), args.spaces)
+
+
+if __name__ == "__main__":
+    main()
