@@ -26,7 +26,7 @@ three steps:
 
 Run: python benchmarks/bench_remote_device.py prepare .dev/remote
      (then measure.sh on the GPU machine)
-     python benchmarks/bench_remote_device.py report .dev/remote results.tgz
+     python benchmarks/bench_remote_device.py report .dev/remote results.tgz [more.tgz]
 """
 
 from __future__ import annotations
@@ -69,13 +69,20 @@ gpu() {{ pin $1 timeout $(left) python3 latency_models/runner_torch.py $D/$2.zip
   --device {gpu} --out $R/{gpu}-$2.csv --torch-device ${{TORCH_DEVICE:-cuda}} ${{RUNNER_ARGS:-}}; }}
 plain() {{ pin $1 timeout $(left) python3 benchmarks/bench_remote_device.py plain \
   $D/$2.zip --engine $3 --out $R/plain-$4-$2.json; }}
-(cpu 2 digits-full; cpu 2 digits-few; plain 2 digits-full ort {cpu}) > $R/log-cpu-digits.txt 2>&1 &
-(cpu 4 mbv2-full; plain 4 mbv2-full ort {cpu}) > $R/log-cpu-mbv2.txt 2>&1 &
-(cpu 6 mbv2-few) > $R/log-cpu-mbv2-few.txt 2>&1 &
-(gpu 10 digits-fp32; gpu 10 mbv2-fp32; plain 10 digits-fp32 cuda {gpu}
- plain 10 mbv2-fp32 cuda {gpu}) > $R/log-gpu.txt 2>&1 &
-wait
-tail -n 4 $R/log-*.txt
+# One step at a time, on one core: measured side by side, concurrent runners moved the
+# same plans' latency by 19-24% (MAPE) between two runs on this machine's CPU.
+STEPS=${{STEPS:-"cpu:digits-full cpu:digits-few cpu:mbv2-full cpu:mbv2-few ort:digits-full
+  ort:mbv2-full gpu:digits-fp32 gpu:mbv2-fp32 cuda:digits-fp32 cuda:mbv2-fp32"}}
+for step in $STEPS; do
+  b=${{step#*:}}
+  case ${{step%%:*}} in
+    cpu) cpu 2 $b;;
+    gpu) gpu 2 $b;;
+    ort) plain 2 $b ort {cpu};;
+    cuda) plain 2 $b cuda {gpu};;
+  esac > $R/log-$step.txt 2>&1
+done
+tail -n 2 $R/log-*.txt
 tar czf $OUT/results.tgz -C $R .
 """
 
@@ -192,8 +199,42 @@ def plain(bundle: Path, engine: str, out: Path, count: int = 20) -> None:
     print(f"plain {engine} {bundle.name}: {len(times)} models, median {median:.4f} ms")
 
 
-def report(folder: Path, results: Path, out: Path, spaces: list[str]) -> None:
-    """Import the device's tables beside ``local-cpu`` measured here; write ``out``."""
+def _between_runs(runs: list[Path]) -> dict[str, Any]:
+    """The same validation models measured in two runs (two leases of the machine):
+    each table's rows of the last run that has it against an earlier run's."""
+    import csv
+
+    from frontier.latency_models import error_summary
+
+    def rows(path: Path) -> dict[str, float]:
+        with path.open(newline="") as f:
+            return {
+                r["key"]: float(r["median_ms"])
+                for r in csv.DictReader(f)
+                if r["kind"] == "validation" and r["status"] == "ok"
+            }
+
+    out = {}
+    for later in reversed(runs):
+        for csv_path in sorted(later.glob("*.csv")):
+            earlier = [
+                r / csv_path.name for r in runs if r != later and (r / csv_path.name).exists()
+            ]
+            if earlier and csv_path.name not in out:
+                a, b = rows(csv_path), rows(earlier[0])
+                keys = [k for k in a if k in b]
+                out[csv_path.name] = {
+                    "runs": [earlier[0].parent.name, later.name],
+                    **error_summary([a[k] for k in keys], [b[k] for k in keys]),
+                    "median_ratio": round(statistics.median(a[k] / b[k] for k in keys), 4),
+                }
+    return out
+
+
+def report(folder: Path, results: list[Path], out: Path, spaces: list[str]) -> None:
+    """Import the device's tables beside ``local-cpu`` measured here; write ``out``.
+    ``results``: measure.sh's results.tgz of one run or more, later ones first-class
+    (a step rerun alone replaces that step's files)."""
     import numpy as np
 
     from frontier.latency_models import (
@@ -203,13 +244,20 @@ def report(folder: Path, results: Path, out: Path, spaces: list[str]) -> None:
         measure_bundle,
     )
 
-    got = folder / "results"
-    got.mkdir(exist_ok=True)
-    with tarfile.open(results) as tar:
-        tar.extractall(got, filter="data")
-    store = DeviceStore(folder / "store")
+    work = folder.with_name(folder.name + "-work")  # outside what travels to the device
+    got = work / "results"
+    got.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for k, tgz in enumerate(results):  # a later run's files replace an earlier one's
+        runs.append(work / f"run{k + 1}")
+        for into in (got, runs[-1]):
+            with tarfile.open(tgz) as tar:
+                tar.extractall(into, filter="data")
+    store = DeviceStore(work / "store")
     figures: dict[str, Any] = {
         "machine": (got / "machine.txt").read_text().strip().splitlines(),
+        "runs": [str(r) for r in results],
+        "between_runs": _between_runs(runs),
         "spaces": {},
     }
 
@@ -228,11 +276,25 @@ def report(folder: Path, results: Path, out: Path, spaces: list[str]) -> None:
             "validation": error_summary(pred, [m for _, m in val.values()]),
             "cross_validated": lm.quality().get("calibration", {}),
             "median_validation_ms": statistics.median(m for _, m in val.values()),
+            "corners_ms": corners(lm),
         }
+
+    def corners(lm: LatencyModel) -> dict[str, float]:
+        """Measured latency of the uniform plans (every layer at one prune ratio and
+        one bit width: the calibration set's first models), first measurement each."""
+        found: dict[str, float] = {}
+        for row in lm.table.whole_models("calibration"):
+            plan = lm.table.models[row.key].get("plan", {})
+            ratios = set(plan.get("prune", {}).values()) or {0.0}
+            bits = set(plan.get("weight_bits", {}).values()) or {32}
+            if len(ratios) == 1 and len(bits) == 1:
+                label = f"prune {ratios.pop():g}, {'INT8' if bits.pop() == 8 else 'FP32'}"
+                found.setdefault(label, row.median_ms)
+        return dict(sorted(found.items()))
 
     for short in spaces:
         local = f"local-cpu-{short}"
-        base_csv = folder / f"local-cpu-{short}-full.csv"
+        base_csv = work / f"local-cpu-{short}-full.csv"
         if not base_csv.exists():
             measure_bundle(folder / f"{short}-full.zip", base_csv, device="local-cpu")
         store.import_table(base_csv, name=local)
@@ -303,7 +365,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p = sub.add_parser("report")
     p.add_argument("dir")
-    p.add_argument("results")
+    p.add_argument("results", nargs="+", help="results.tgz of each run, oldest first")
     p.add_argument("--json", default=str(HERE / "report-logs" / "remote-devices.json"))
     p.add_argument("--spaces", nargs="+", choices=list(SPACES), default=list(SPACES))
     args = parser.parse_args()
@@ -312,7 +374,7 @@ def main() -> None:
     elif args.step == "plain":
         plain(Path(args.bundle), args.engine, Path(args.out))
     else:
-        report(Path(args.dir), Path(args.results), Path(args.json), args.spaces)
+        report(Path(args.dir), [Path(r) for r in args.results], Path(args.json), args.spaces)
 
 
 if __name__ == "__main__":

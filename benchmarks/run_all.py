@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -695,7 +696,9 @@ def remote_devices_section(remote: dict[str, Any]) -> list[str]:
     lines = [
         "### Devices nobody tuned for, on a lent GPU machine (`benchmarks/bench_remote_device.py`)",
         "",
-        "The machine: " + "; ".join(m.strip() for m in machine) + ". Its CPU measured by the "
+        "The machine: "
+        + "; ".join(" ".join(re.sub(r"\(UUID[^)]*\)", "", m).split()) for m in machine)
+        + ". Its CPU measured by the "
         "device runner (ONNX Runtime, 1 thread); its GPU by `runner_torch.py` (eager "
         "PyTorch, CUDA events; FP32 spaces: eager PyTorch has no INT8 kernels). Each "
         "predictor is judged on the device's own 50 validation plans.",
@@ -733,6 +736,32 @@ def remote_devices_section(remote: dict[str, Any]) -> list[str]:
     ]
     if plain:
         lines += ["", "The protocol against a plain loop on the same models: " + "; ".join(plain)]
+    between = remote.get("between_runs", {})
+    if between:
+        lines += [
+            "",
+            "The same validation plans in two leases of the machine (run 1: the CPU runners "
+            "and the GPU runner side by side; run 2: one at a time): "
+            + "; ".join(
+                f"{name.removesuffix('.csv')}: {_pct(r['within_10pct'])} within 10%, "
+                f"MAPE {_pct(r['mape'])}, median ratio {r['median_ratio']}"
+                for name, r in between.items()
+            ),
+        ]
+    corner_rows = [
+        {"space": space, "device": label.split(" ")[0], **r["corners_ms"]}
+        for space, rows in remote.get("spaces", {}).items()
+        for label, r in rows.items()
+        if r.get("corners_ms")
+    ]
+    if corner_rows:
+        lines += [
+            "",
+            "What the uniform plans measured (ms; every layer at one prune ratio and one "
+            "precision):",
+            "",
+            md_table(pd.DataFrame(corner_rows), 4),
+        ]
     return [*lines, ""]
 
 

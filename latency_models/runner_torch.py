@@ -204,7 +204,8 @@ def _ops() -> dict[str, Callable[..., Any]]:
 class TorchGraph:
     """An ONNX graph run node by node as eager PyTorch on ``device``.
 
-    Integer initializers (shapes, axes) stay on the host; float ones, and the weights a
+    Integer and scalar initializers and constants (shapes, axes, Clip's bounds) stay on
+    the host, so reading them never waits for the GPU; the others, and the weights a
     bundle left out (drawn from ``weights_seed`` as ``runner.seeded_weights`` draws them
     for ONNX Runtime), go to the device. Raises ``Unsupported`` for an operator or input
     type it cannot run, before anything runs.
@@ -224,7 +225,7 @@ class TorchGraph:
 
         model = onnx.load_from_string(data)
         ops = _ops()
-        missing = sorted({n.op_type for n in model.graph.node if n.op_type not in ops})
+        missing = sorted({n.op_type for n in model.graph.node} - set(ops) - {"Constant"})
         if missing:
             int8 = [op for op in missing if _is_int8(op)]
             raise Unsupported(
@@ -241,7 +242,7 @@ class TorchGraph:
             if init.name in values:  # a weight the bundle left out, drawn above
                 continue
             array = numpy_helper.to_array(init)
-            on = "cpu" if init.data_type in _INT_TYPES else device
+            on = "cpu" if init.data_type in _INT_TYPES or array.ndim == 0 else device
             values[init.name] = torch.from_numpy(array.copy()).to(on)
         self.constants = values
         self.op_types: dict[str, str] = {}
@@ -250,7 +251,7 @@ class TorchGraph:
             attrs = _attrs(node)
             if node.op_type == "Constant":
                 tensor = numpy_helper.to_array(attrs["value"])
-                on = "cpu" if tensor.dtype.kind in "iu" else device
+                on = "cpu" if tensor.dtype.kind in "iu" or tensor.ndim == 0 else device
                 values[node.output[0]] = torch.from_numpy(tensor.copy()).to(on)
                 continue
             name = node.name or node.output[0] or f"{node.op_type}_{k}"
