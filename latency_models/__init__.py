@@ -10,6 +10,7 @@ from ._bundle import VALIDATION_SEED0, SpaceOps, space_ops, whole_model_bytes, w
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
 from ._front import read_front_result, write_front_bundle
+from ._learn import Learned, learn, learned_entry
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
 from ._profile import LayerTime, ModelProfile, compare_layers, plot_layers, profile_layers
@@ -47,6 +48,7 @@ __all__ = [
     "LatencyEstimate",
     "LatencyModel",
     "LayerTime",
+    "Learned",
     "LocalDevice",
     "ModelProfile",
     "OpCost",
@@ -65,6 +67,8 @@ __all__ = [
     "enumerate_ops",
     "error_summary",
     "int8_heavy_plan",
+    "learn",
+    "learned_entry",
     "local_device",
     "local_threads",
     "measure_bundle",

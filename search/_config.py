@@ -269,6 +269,9 @@ class TrackingSection(_Section):
     #: and profile each member layer by layer beside the baseline (``frontier profile``),
     #: logged as its run's ``profile/`` artifacts
     profile_front: bool = True
+    #: and add the measured members to the device table's calibration, so the next
+    #: search prices plans where this one went (``frontier search --no-learn``: off)
+    learn_front: bool = True
     #: MLflow writes at once (each trial's in order): None is 4 against a tracking
     #: server (round trips overlap) and 1 for a local database
     write_lanes: int | None = Field(default=None, ge=1, le=32)

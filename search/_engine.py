@@ -39,6 +39,7 @@ def default_callbacks(config: Config, progress: bool | str = True) -> list[Callb
         export_front=export,
         measure_front=measure,
         profile_front=t.profile_front,
+        learn_front=t.learn_front,
         write_lanes=t.write_lanes,
     )
     return [Emissions(config.carbon.country_iso), mlflow, *progress_callbacks(progress)]

@@ -24,10 +24,8 @@ from ._log import logger
 from ._pareto import REFERENCE, Objective
 from ._storage import RUN_ATTR
 from ._tracking import (
-    MEASURED_PREFIX,
     MODEL_FILE,
     PLAN_FILE,
-    PREDICTION_TOLERANCE,
     TEST_METRIC,
     Tag,
     Tracker,
@@ -105,6 +103,7 @@ class MlflowCallback(Callback):
             against a tracking server, 1 for a local database.
         profile_front: at the end, profile each front member's layers beside the
             baseline's (``profile/`` artifacts of its run).
+        learn_front: and add the measured members to the device table's calibration.
     """
 
     def __init__(
@@ -117,8 +116,10 @@ class MlflowCallback(Callback):
         plot_interval_s: float = 20.0,
         write_lanes: int | None = None,
         profile_front: bool = False,
+        learn_front: bool = False,
     ) -> None:
         self.uri = uri
+        self.learn_front = learn_front
         self.experiment = experiment
         self.export_front = export_front
         self.measure_front = measure_front
@@ -323,35 +324,10 @@ class MlflowCallback(Callback):
         return [n for n in members if n in self._models]
 
     def _measure_front(self, search: SearchView, members: list[int], device: str) -> None:
-        from frontier.latency_models import local_threads, measure_models
+        from ._learning import measure_front
 
-        threads = local_threads(device)
-        if threads is None:
-            return  # a remote device: its runner measures it
-        try:
-            measured = measure_models([self._models[n] for n in members], threads=threads)
-        except Exception as err:  # a report that fails costs the search nothing
-            logger.warning("front not measured on %s (%s)", device, err)
-            return
-        gaps = []
-        for n, ms in zip(members, measured, strict=True):
-            rec = search.records[n]
-            predicted = rec.values().get(f"latency_ms@{device}")
-            self.tracker.log_metrics(rec.run_id, {f"{MEASURED_PREFIX}{device}": ms})
-            if predicted:
-                gaps.append(abs(predicted / ms - 1))
-                off = " (off by more than 10%)" if gaps[-1] > PREDICTION_TOLERANCE else ""
-                logger.info(
-                    "trial %d on %s: predicted %.4g ms, measured %.4g ms%s",
-                    n, device, predicted, ms, off,
-                )  # fmt: skip
-        if gaps:
-            median = float(np.median(gaps))
-            self.tracker.log_metrics(self.parent, {f"latency_error@{device}": median})
-            logger.info(
-                "%s: %d front members measured, median |predicted/measured - 1| %.1f%%",
-                device, len(gaps), 100 * median,
-            )  # fmt: skip
+        kept = {n: self._models[n] for n in members}
+        measure_front(search, kept, device, self.tracker, self.parent, learn=self.learn_front)
 
     def _start_parent(self, search: SearchView) -> str:
         from importlib.metadata import version

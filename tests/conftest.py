@@ -18,6 +18,8 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Baselines train once per test session into a private cache.
     path = tmp_path_factory.mktemp("frontier-cache")
     os.environ["FRONTIER_CACHE_DIR"] = str(path)
+    # Device tables the tests measure (and learn into) stay out of the user's own store.
+    os.environ["FRONTIER_DATA_DIR"] = str(tmp_path_factory.mktemp("frontier-data"))
     return path
 
 

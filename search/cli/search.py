@@ -28,6 +28,12 @@ def add_commands(sub: Any) -> None:
         help="a line per generation instead of a progress bar",
     )
     p.add_argument(
+        "--no-learn",
+        action="store_true",
+        help="keep the device tables fixed: the measured front does not join their "
+        "calibration (tracking.learn_front: false)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         metavar="FIELD=VALUE",
@@ -44,6 +50,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             "tracking.uri": args.tracking_uri,
             "storage": args.storage,
             "search.seed": args.seed,
+            "tracking.learn_front": False if args.no_learn else None,
         }
     )
     search = Search(

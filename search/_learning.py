@@ -1,0 +1,97 @@
+"""A search's front measured, and learnt from (``tracking.measure_front``,
+``tracking.learn_front``; ``frontier search --no-learn`` keeps the tables fixed).
+
+When a search ends, each front member is timed on the devices measured here by the
+timing protocol, beside its predicted latency (``latency_measured_ms@DEVICE`` on its
+run, the median gap ``latency_error@DEVICE`` on the parent). Those are whole models
+exactly where the search went, so they are then added to the stored table as
+calibration models (``latency_models.learn``): the next search on that table predicts
+from a calibration that includes them. What that changed (models added, the table's
+cross-validated error before and after) is logged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._log import logger
+from ._tracking import MEASURED_PREFIX, PREDICTION_TOLERANCE
+
+
+def measure_front(
+    search: Any, models: dict[int, Path], device: str, tracker: Any, parent: str, *, learn: bool
+) -> None:
+    """Time each front member's exported model (``models``: by trial number) on the
+    local ``device``, log it beside the prediction and, with ``learn``, add the
+    measurements to the device's table (``learn_front``). Remote devices are measured
+    by their runner (``frontier lut front``); a failure costs the search nothing."""
+    from frontier.latency_models import local_threads, measure_models
+
+    threads = local_threads(device)
+    if threads is None:
+        return  # a remote device: its runner measures it
+    members = sorted(models)
+    try:
+        measured = measure_models([models[n] for n in members], threads=threads)
+    except Exception as err:  # a report that fails costs the search nothing
+        logger.warning("front not measured on %s (%s)", device, err)
+        return
+    gaps = []
+    for n, ms in zip(members, measured, strict=True):
+        rec = search.records[n]
+        predicted = rec.values().get(f"latency_ms@{device}")
+        tracker.log_metrics(rec.run_id, {f"{MEASURED_PREFIX}{device}": ms})
+        if predicted:
+            gaps.append(abs(predicted / ms - 1))
+            off = " (off by more than 10%)" if gaps[-1] > PREDICTION_TOLERANCE else ""
+            logger.info(
+                "trial %d on %s: predicted %.4g ms, measured %.4g ms%s",
+                n, device, predicted, ms, off,
+            )  # fmt: skip
+    if gaps:
+        median = float(np.median(gaps))
+        tracker.log_metrics(parent, {f"latency_error@{device}": median})
+        logger.info(
+            "%s: %d front members measured, median |predicted/measured - 1| %.1f%%",
+            device, len(gaps), 100 * median,
+        )  # fmt: skip
+    if learn:
+        learn_front(search, dict(zip(members, measured, strict=True)), device)
+
+
+def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
+    """Add the measured front members (``{trial number: ms}``) to ``device``'s table.
+    A few-shot or derived table keeps its calibration; a failure costs the search
+    nothing."""
+    from frontier.latency_models import DeviceStore, learn, learned_entry
+    from frontier.spaces import CompressionPlan
+
+    ev = search.evaluation
+    table = ev.tables.get(device)
+    if table is None or table.path is None or table.base is not None:
+        return
+    if table.meta.get("derived_from"):
+        return
+    try:
+        lm = ev.context.latency[device]
+        entries = [
+            learned_entry(lm, ev.teacher, CompressionPlan.from_dict(search.records[n].plan), ms)
+            for n, ms in measured.items()
+        ]
+        got = learn(DeviceStore(table.path.parent.parent.parent), table.name, entries)
+    except Exception as err:  # learning is a bonus: the search's results stand
+        logger.warning("%s: the front did not join the table's calibration (%s)", device, err)
+        return
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    logger.info(
+        "%s: %d front members joined the table's calibration (%d models now); its "
+        "cross-validated error %s before, %s after (--no-learn keeps the table fixed)",
+        device, got.added, got.calibration_models, pct(got.cv_mape_before),
+        pct(got.cv_mape_after),
+    )  # fmt: skip
