@@ -6,11 +6,12 @@ Flow: ``write_bundle`` (``frontier lut ops``) -> ``runner`` on the device
 ``LatencyModel(table).predict(model, plan)`` -> ``validate`` (``frontier lut validate``).
 """
 
+from ._arch import space_templates
 from ._bundle import VALIDATION_SEED0, SpaceOps, space_ops, whole_model_bytes, write_bundle
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
 from ._front import read_front_result, write_front_bundle
-from ._learn import Learned, learn, learned_entry
+from ._learn import Learned, learn, learned_entry, plan_entry
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
 from ._profile import LayerTime, ModelProfile, compare_layers, plot_layers, profile_layers
@@ -76,6 +77,7 @@ __all__ = [
     "measure_models",
     "measure_onnx",
     "measure_plans",
+    "plan_entry",
     "plan_ops",
     "plot_layers",
     "profile_layers",
@@ -86,6 +88,7 @@ __all__ = [
     "read_table",
     "register_local",
     "space_ops",
+    "space_templates",
     "sparse_kernel",
     "time_models",
     "validate",

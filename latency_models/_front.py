@@ -18,18 +18,32 @@ FRONT_KIND = "front"
 
 
 def write_front_bundle(
-    out: str | Path, models: Sequence[tuple[str, bytes]], *, device: str, source: dict[str, Any]
+    out: str | Path,
+    models: Sequence[tuple[str, bytes]],
+    *,
+    device: str,
+    source: dict[str, Any],
+    plans: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write ``models`` (``(run id, ONNX bytes)``) to the bundle ``out`` for the runner
     on ``device``; ``source`` (the search's parent run and tracking URI) travels in the
-    manifest so the result can be attached to those runs."""
+    manifest so the result can be attached to those runs, and ``plans`` (by run id:
+    ``plan_entry``'s plan, op keys and op nodes) so it can join the device's table."""
     digest = hashlib.sha256()
-    entries = []
+    entries: list[dict[str, Any]] = []
     for i, (run_id, data) in enumerate(models):
         digest.update(run_id.encode() + data)
-        entries.append(
-            {"id": f"front-{i}", "kind": FRONT_KIND, "key": run_id, "file": f"front-{i}.onnx"}
-        )
+        found: dict[str, Any] = (plans or {}).get(run_id, {})
+        entry: dict[str, Any] = {
+            "id": f"front-{i}",
+            "kind": FRONT_KIND,
+            "key": run_id,
+            "file": f"front-{i}.onnx",
+        }
+        entry.update({k: found[k] for k in ("plan", "op_keys", "op_nodes") if k in found})
+        if "key" in found:
+            entry["calibration_key"] = found["key"]
+        entries.append(entry)
     manifest = {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
@@ -48,8 +62,9 @@ def write_front_bundle(
 
 def read_front_result(result: str | Path) -> tuple[dict[str, Any], dict[str, float]]:
     """The front manifest a runner's result was measured from (``front``: device,
-    parent run, tracking URI) and each member's measured ms by run id (``ok`` rows).
-    Raises ValueError when ``result`` is not the measurement of a front bundle."""
+    parent run, tracking URI; ``entries``: the bundle's entries by run id) and each
+    member's measured ms by run id (``ok`` rows). Raises ValueError when ``result`` is
+    not the measurement of a front bundle."""
     result = Path(result)
     copy = manifest_path(result)
     if not result.is_file() or not copy.is_file():
@@ -65,4 +80,5 @@ def read_front_result(result: str | Path) -> tuple[dict[str, Any], dict[str, flo
         for row in csv.DictReader(f):
             if row.get("kind") == FRONT_KIND and row.get("status") == "ok":
                 measured[row["key"]] = float(row["median_ms"])
-    return manifest["front"], measured
+    entries = {e["key"]: e for e in manifest.get("models", []) if e.get("kind") == FRONT_KIND}
+    return {**manifest["front"], "entries": entries}, measured

@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,12 +43,9 @@ class Learned:
     cv_mape_after: float | None
 
 
-def learned_entry(lm: LatencyModel, model: Any, plan: CompressionPlan, median_ms: float) -> dict:
-    """A measured whole model as a calibration entry of ``lm``'s table: ``plan``'s ops
-    on ``model`` (bound to ``lm`` by ``bind``) and its measured latency."""
-    templates = lm._bound.get(id(model))
-    if templates is None:
-        raise ValueError("learned_entry: bind(model, example_inputs, space) the model first")
+def plan_entry(templates: Mapping[str, Any], plan: CompressionPlan, median_ms: float) -> dict:
+    """A measured whole model as a calibration entry: ``plan``'s ops (``templates``: the
+    space's, ``space_templates``; the same op keys on every device) and its latency."""
     t = templates[arch_key(plan)]
     data = plan.to_dict()
     digest = hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -60,6 +57,14 @@ def learned_entry(lm: LatencyModel, model: Any, plan: CompressionPlan, median_ms
         "op_nodes": plan_op_nodes(t, plan),
         "median_ms": float(median_ms),
     }
+
+
+def learned_entry(lm: LatencyModel, model: Any, plan: CompressionPlan, median_ms: float) -> dict:
+    """``plan_entry`` with the templates of ``model``, bound to ``lm`` (``bind``)."""
+    templates = lm._bound.get(id(model))
+    if templates is None:
+        raise ValueError("learned_entry: bind(model, example_inputs, space) the model first")
+    return plan_entry(templates, plan, median_ms)
 
 
 def _cv_mape(table: DeviceTable) -> float | None:

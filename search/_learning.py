@@ -95,3 +95,53 @@ def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
         device, got.added, got.calibration_models, pct(got.cv_mape_before),
         pct(got.cv_mape_after),
     )  # fmt: skip
+
+
+def plan_entries(config: Any, plans: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each plan's ops (``latency_models.plan_entry``, by run id) in the space of
+    ``config``'s task: its baseline rebuilt (or read from its cache) and exported once.
+    For ``frontier lut front``, so a remote device's measurements can join its table."""
+    import math
+
+    from frontier.experiments import build_task, task_baseline
+    from frontier.latency_models import plan_entry, space_templates
+    from frontier.spaces import CompressionPlan, discover
+
+    task = build_task(config.task.name, **config.task.options)
+    teacher, example = task_baseline(task, config.task.name)
+    templates = space_templates(teacher, example, discover(teacher, example, config.space))
+    return {
+        run_id: plan_entry(templates, CompressionPlan.from_dict(plan), math.nan)
+        for run_id, plan in plans.items()
+    }
+
+
+def learn_measured_front(store: Any, front: dict[str, Any], measured: dict[str, float]) -> str:
+    """A remote device's measurement of a ``lut front`` bundle (``front``: its manifest,
+    ``measured``: ms by run id) added to that device's stored table; what happened, in
+    a line."""
+    from frontier.latency_models import learn
+
+    device = front["device"]
+    entries = [
+        {
+            "key": e["calibration_key"],
+            "kind": "calibration",
+            "plan": e["plan"],
+            "op_keys": e["op_keys"],
+            "op_nodes": e["op_nodes"],
+            "median_ms": measured[run_id],
+        }
+        for run_id, e in front.get("entries", {}).items()
+        if run_id in measured and "op_keys" in e
+    ]
+    if not entries:
+        return "the bundle carries no plans' ops (lut front could not rebuild them): nothing learnt"
+    if not store.has(device):
+        return f"no device table named {device!r} in {store.root}: nothing learnt (import one)"
+    got = learn(store, device, entries)
+    pct = ["-" if v is None else f"{100 * v:.1f}%" for v in (got.cv_mape_before, got.cv_mape_after)]
+    return (
+        f"{got.added} members joined {device}'s calibration ({got.calibration_models} models "
+        f"now; cross-validated error {pct[0]} before, {pct[1]} after; --no-learn keeps it fixed)"
+    )

@@ -346,6 +346,17 @@ def trial_params(uri: str, parent: Any) -> dict[str, dict[str, str]]:
     return {r.info.run_id: dict(r.data.params) for r in runs}
 
 
+def download_text(uri: str, run_id: str, name: str, out_dir: str | Path) -> Path:
+    """One artifact of a run (the parent's ``config.json``, say) downloaded into
+    ``out_dir``; its path."""
+    import mlflow
+
+    got = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path=name, dst_path=str(out_dir), tracking_uri=resolve_uri(uri)
+    )
+    return Path(got)
+
+
 def download(uri: str, run_id: str, out_dir: Path) -> dict[str, Path]:
     """Download a front member's ONNX model and plan JSON (nothing else is read)."""
     import os

@@ -98,12 +98,14 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
 
     from frontier.latency_models import write_front_bundle
 
+    from .._config import load_config
+    from .._learning import plan_entries
     from .._results import query_front
-    from .._tracking import MODEL_FILE, download, resolve_uri
+    from .._tracking import MODEL_FILE, PLAN_FILE, download, download_text, resolve_uri
 
     uri = tracking_uri(args)
     parent, frame = query_front(uri, experiment=args.experiment, run=args.run)
-    models, missing = [], []
+    models, missing, plans = [], [], {}
     with tempfile.TemporaryDirectory(prefix="frontier-front-") as tmp:
         for run_id, trial in zip(frame["run_id"], frame["trial"], strict=True):
             try:
@@ -112,10 +114,18 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
                 missing.append(int(trial))
                 continue
             models.append((run_id, got[MODEL_FILE].read_bytes()))
-    if not models:
-        raise UsageError("lut front: no front member of that search has an ONNX model")
+            plans[run_id] = json.loads(got[PLAN_FILE].read_text())
+        if not models:
+            raise UsageError("lut front: no front member of that search has an ONNX model")
+        try:  # the plans' ops, so the device's measurements can join its table
+            config = load_config(download_text(uri, parent.info.run_id, "config.json", tmp))
+            entries = plan_entries(config, plans)
+        except Exception as err:  # the measurement still attaches to the trials
+            print(f"note: the plans' ops were not rebuilt ({err}); the result will attach "
+                  "to the trials but not join the device's table", file=sys.stderr)  # fmt: skip
+            entries = {}
     source = {"parent": parent.info.run_id, "tracking_uri": resolve_uri(uri)}
-    write_front_bundle(args.out, models, device=args.device, source=source)
+    write_front_bundle(args.out, models, device=args.device, source=source, plans=entries)
     print(
         f"wrote {args.out}: {len(models)} front models of search {parent.info.run_name} "
         f"for {args.device}"
@@ -175,6 +185,11 @@ def _import_command(sub: Any) -> None:
     )
     e.add_argument("--store", help=STORE_HELP)
     e.add_argument("--tracking-uri", help="for a front: MLflow (default: the one it came from)")
+    e.add_argument(
+        "--no-learn",
+        action="store_true",
+        help="for a front: do not add its measurements to the device's table calibration",
+    )
     e.set_defaults(func=cmd_lut_import)
 
 
@@ -198,6 +213,10 @@ def _attach_front(args: argparse.Namespace) -> int | None:
         f"attached {len(measured)} measured latencies on {device} to the front of search "
         f"{front['parent']} ({uri}); frontier pareto shows them"
     )
+    if not args.no_learn:
+        from .._learning import learn_measured_front
+
+        print(learn_measured_front(device_store(args), front, measured))
     return 0
 
 

@@ -3,6 +3,7 @@ latency its device table predicted."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -102,6 +103,7 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     path = write_config(
         objectives=[{"name": "accuracy", "options": {"steps": 20}}, "size_bytes"],
         constraints=[],
+        metrics=["latency_ms@local-cpu"],  # the store gets a table of this space
         search={"trials": 6, "population": 3, "fidelity": {"rungs": ["proxy"]}},
         tracking={"measure_front": False},
     )
@@ -118,7 +120,26 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     assert done.returncode == 0, done.stderr[-2000:]
     capsys.readouterr()
     assert main(["lut", "import", str(out)]) == 0
-    assert "attached" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "attached" in said and "no device table named 'edge-box'" in said
+
+    # with a table of that device in the store, the measurements join its calibration
+    import shutil
+
+    from frontier.latency_models import DeviceStore
+
+    store = DeviceStore()
+    shutil.copytree(store.root / "devices" / "local-cpu", store.root / "devices" / "edge-box")
+    assert main(["lut", "import", str(out)]) == 0
+    assert "members joined edge-box's calibration" in capsys.readouterr().out
+    stored = {r.key: r.median_ms for r in store.load("edge-box").whole_models("calibration")}
+    manifest = json.loads(Path(str(out) + ".manifest.json").read_text())
+    key_of = {e["key"]: e["calibration_key"] for e in manifest["models"]}
+    with out.open() as f:
+        timed = {r["key"]: float(r["median_ms"]) for r in csv.DictReader(f) if r["kind"] == "front"}
+    assert len(timed) == len(result.pareto)
+    for run_id, ms in timed.items():  # each member's row holds what the device measured
+        assert stored[key_of[run_id]] == pytest.approx(ms)
     assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["trial"] for r in rows} == set(result.pareto.trial)
