@@ -765,6 +765,31 @@ def remote_devices_section(remote: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def learn_section(learn: dict[str, Any]) -> list[str]:
+    """A table that learnt one search's measured front, predicting another's
+    (``bench_learn.py``)."""
+    lines = [
+        "### What learning a measured front changes (`benchmarks/bench_learn.py`)",
+        "",
+        f"{learn['config']}, {learn['trials']} trials a search, seeds {learn['seeds']}; the "
+        f"table holds {learn['calibration_models_before']} calibration models before "
+        "learning. Each row: the table after learning search A's measured front, "
+        "predicting search B's front members, against their measurements.",
+        "",
+        "| learnt from | predicting | members | within 10% before / after | "
+        "MAPE before / after | CV MAPE before / after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in learn["rows"]:
+        b, a = r["before"], r["after"]
+        lines.append(
+            f"| seed {r['learnt_from']} | seed {r['predicting']} | {r['members']} | "
+            f"{_pct(b['within_10pct'])} / {_pct(a['within_10pct'])} | {_pct(b['mape'])} / "
+            f"{_pct(a['mape'])} | {_pct(r['cv_mape_before'])} / {_pct(r['cv_mape_after'])} |"
+        )
+    return [*lines, ""]
+
+
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
@@ -772,6 +797,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("latency-trust.json", latency_trust_section),
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),
+        ("learn.json", learn_section),
     ):
         path = logs / filename
         if path.exists():
