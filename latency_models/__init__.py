@@ -14,7 +14,14 @@ from ._front import read_front_result, write_front_bundle
 from ._learn import Learned, learn, learned_entry, plan_entry
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
-from ._profile import LayerTime, ModelProfile, compare_layers, plot_layers, profile_layers
+from ._profile import (
+    LayerTime,
+    ModelProfile,
+    compare_layers,
+    layer_prices,
+    plot_layers,
+    profile_layers,
+)
 from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
 from ._validate import (
@@ -68,6 +75,7 @@ __all__ = [
     "enumerate_ops",
     "error_summary",
     "int8_heavy_plan",
+    "layer_prices",
     "learn",
     "learned_entry",
     "local_device",

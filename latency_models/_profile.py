@@ -181,10 +181,28 @@ def profile_layers(
     return ModelProfile(list(layers.values()), run_ms, measured)
 
 
-def compare_layers(model: ModelProfile, baseline: ModelProfile | None) -> list[dict[str, Any]]:
+def layer_prices(op_nodes: Sequence[Sequence[str]], prices_ms: Sequence[float]) -> dict[str, float]:
+    """A device table's op prices summed per layer: each op (its ONNX nodes, as
+    ``plan_op_nodes`` lists them) belongs to the layer of its first node."""
+    out: dict[str, float] = {}
+    for nodes, ms in zip(op_nodes, prices_ms, strict=True):
+        layer = layer_of(nodes[0]) if nodes else GLUE
+        out[layer] = out.get(layer, 0.0) + ms
+    return out
+
+
+def compare_layers(
+    model: ModelProfile,
+    baseline: ModelProfile | None,
+    *,
+    prices: dict[str, float] | None = None,
+    base_prices: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """One row per layer (the model's, then the baseline's that the model dropped):
     its time, share, MACs and precision, beside the baseline's; ``note`` flags a layer
-    whose MACs fell by a fifth or more while its time did not fall by a tenth."""
+    whose MACs fell by a fifth or more while its time did not fall by a tenth.
+    ``prices``/``base_prices`` (``layer_prices``) add each layer's table price
+    (``table_ms``, ``base_table_ms``): what the device table says its ops cost alone."""
     base = baseline.by_name() if baseline else {}
     ours = model.by_name()
     total = model.layers_ms or 1.0
@@ -200,7 +218,11 @@ def compare_layers(model: ModelProfile, baseline: ModelProfile | None) -> list[d
             "precision": mine.precision if mine else "-",
             "kernels": ",".join(mine.kernels) if mine else "(dropped)",
         }
+        if prices is not None:
+            row["table_ms"] = round(prices.get(layer.layer, 0.0), 5)
         if baseline is not None:
+            if base_prices is not None:
+                row["base_table_ms"] = round(base_prices.get(layer.layer, 0.0), 5)
             row["base_ms"] = round(theirs.ms, 5) if theirs else 0.0
             row["base_macs"] = theirs.macs if theirs else 0
             row["base_precision"] = theirs.precision if theirs else "-"

@@ -122,10 +122,13 @@ def profile_front(
     except Exception as err:
         logger.warning("front not profiled (the baseline: %s)", err)
         return
+    priced = _table_prices(search, threads)
     for n, (path, run_id) in members.items():
         try:
             mine = profile_layers(path, threads=threads, runs=PROFILE_RUNS, measure=False)
-            rows = compare_layers(mine, base)
+            prices = priced(search.records[n].plan) if priced else None
+            base_prices = priced({}) if priced else None
+            rows = compare_layers(mine, base, prices=prices, base_prices=base_prices)
             out = folder / f"profile-{n}"
             out.mkdir(exist_ok=True)
             pd.DataFrame(rows).to_csv(out / "profile.csv", index=False)
@@ -136,3 +139,26 @@ def profile_front(
         except Exception as err:
             logger.warning("trial %d: not profiled (%s)", n, err)
     logger.info("profiled %d front members layer by layer (profile/ artifacts)", len(members))
+
+
+def _table_prices(search: SearchView, threads: int) -> Any:
+    """A function from a plan (a dict) to its ops' table prices per layer, on the
+    device measured here at ``threads`` (None where the search prices no such device)."""
+    import math
+
+    from frontier.latency_models import layer_prices, learned_entry, local_threads
+    from frontier.spaces import CompressionPlan
+
+    ev = search.evaluation
+    device = next((d for d in ev.context.latency if local_threads(d) == threads), None)
+    if device is None:
+        return None
+    lm = ev.context.latency[device]
+
+    def priced(plan: dict[str, Any]) -> dict[str, float]:
+        entry = learned_entry(lm, ev.teacher, CompressionPlan.from_dict(plan), math.nan)
+        specs = [lm.spec_of(k) for k in entry["op_keys"]]
+        costs = [lm.op_cost(s).latency_ms if s is not None else 0.0 for s in specs]
+        return layer_prices(entry["op_nodes"], costs)
+
+    return priced

@@ -89,6 +89,9 @@ def test_every_front_member_is_measured_beside_its_prediction(write_config, caps
             layers = pd.read_csv(local)
             assert {"layer", "ms", "macs", "base_ms", "base_macs"} <= set(layers.columns)
             assert (layers.ms > 0).any() and (layers.base_ms > 0).any()
+            # each layer's price in the device table, beside its time in the whole model
+            assert {"table_ms", "base_table_ms"} <= set(layers.columns)
+            assert (layers[layers.macs > 0].table_ms > 0).all()  # every compute layer
 
 
 @pytest.mark.slow
