@@ -38,8 +38,42 @@ def _profile_command(sub: Any) -> None:
     p.add_argument("--runs", type=int, default=200, help="profiled runs (default 200)")
     p.add_argument("--out", metavar="DIR", help="also write profile.csv and profile.png here")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument(
+        "--device",
+        help="for a run id: also each layer's price in this device table (table_ms)",
+    )
+    p.add_argument("--store", help="the device store (default: $FRONTIER_DATA_DIR)")
     p.add_argument("--tracking-uri", help="MLflow, for run ids (default $MLFLOW_TRACKING_URI)")
     p.set_defaults(func=cmd_profile)
+
+
+def _table_prices(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+    """The layers' table prices on ``args.device`` of the run ``args.model`` and of the
+    uncompressed model of its search: the plan's ops rebuilt from the search's config."""
+    import math
+    import tempfile
+
+    from frontier.latency_models import DeviceStore, LatencyModel, layer_prices
+
+    from .._config import load_config
+    from .._learning import plan_entries
+    from .._tracking import PLAN_FILE, _client, download, download_text
+    from ._common import tracking_uri
+
+    uri = tracking_uri(args)
+    lm = LatencyModel(DeviceStore(args.store).load(args.device))
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = json.loads(download(uri, args.model, Path(tmp))[PLAN_FILE].read_text())
+        parent = _client(uri).get_run(args.model).data.tags.get("mlflow.parentRunId", "")
+        config = load_config(download_text(uri, parent, "config.json", tmp))
+    entries = plan_entries(config, {"model": plan, "baseline": {}})
+
+    def priced(entry: dict) -> dict[str, float]:
+        specs = [lm.spec_of(k) for k in entry["op_keys"]]
+        costs = [lm.op_cost(s).latency_ms if s is not None else math.nan for s in specs]
+        return layer_prices(entry["op_nodes"], costs)
+
+    return priced(entries["model"]), priced(entries["baseline"])
 
 
 def _onnx_file(target: str, args: argparse.Namespace, scratch: Path) -> Path:
@@ -70,6 +104,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     if args.runs < 10:
         raise UsageError("profile: --runs must be at least 10")
+    if args.device and (Path(args.model).suffix == ".onnx" or Path(args.model).exists()):
+        raise UsageError("profile: --device needs a run id (the plan's ops come from its search)")
     with tempfile.TemporaryDirectory(prefix="frontier-profile-") as tmp:
         model = _onnx_file(args.model, args, Path(tmp))
         base = _onnx_file(args.baseline, args, Path(tmp)) if args.baseline else None
@@ -79,7 +115,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if base is not None:
             print(f"profiling the baseline {base} ...", file=sys.stderr)
             theirs = profile_layers(base, threads=args.threads, runs=args.runs)
-    rows = compare_layers(mine, theirs)
+    prices, base_prices = _table_prices(args) if args.device else (None, None)
+    rows = compare_layers(mine, theirs, prices=prices, base_prices=base_prices)
     frame = pd.DataFrame(rows)
     if args.out:
         out = writable(Path(args.out), "the profile")

@@ -93,6 +93,16 @@ def test_every_front_member_is_measured_beside_its_prediction(write_config, caps
             assert {"table_ms", "base_table_ms"} <= set(layers.columns)
             assert (layers[layers.macs > 0].table_ms > 0).all()  # every compute layer
 
+    # frontier profile RUN_ID --device: the same prices, by hand
+    member = next(r for r in runs if int(r.data.tags["frontier.trial"]) in measured)
+    capsys.readouterr()
+    args = ["profile", member.info.run_id, "--device", "local-cpu", "--runs", "10"]
+    assert main([*args, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["layers"]
+    assert all(row["table_ms"] > 0 for row in shown if row["macs"] > 0)
+    assert main(["profile", "model.onnx", "--device", "local-cpu"]) == 2  # a file: no plan
+    assert "--device needs a run id" in capsys.readouterr().err
+
 
 @pytest.mark.slow
 def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
