@@ -25,7 +25,15 @@ from frontier.spaces import CompressionPlan
 from ._arch import arch_key
 from ._model import LatencyModel
 from ._ops import plan_op_nodes, plan_ops
-from ._table import DeviceStore, DeviceTable, Row, TableError, read_table, write_rows
+from ._table import (
+    MIN_CALIBRATION_MODELS,
+    DeviceStore,
+    DeviceTable,
+    Row,
+    TableError,
+    read_table,
+    write_rows,
+)
 
 #: the store file holding learned models' ops, beside the bundles' manifests
 LEARNED_FILE = "learned.json"
@@ -41,6 +49,8 @@ class Learned:
     calibration_models: int
     cv_mape_before: float | None
     cv_mape_after: float | None
+    #: why nothing was added, where nothing was
+    skipped: str = ""
 
 
 def plan_entry(templates: Mapping[str, Any], plan: CompressionPlan, median_ms: float) -> dict:
@@ -78,10 +88,15 @@ def _cv_mape(table: DeviceTable) -> float | None:
 def learn(store: DeviceStore, name: str, entries: Sequence[dict[str, Any]]) -> Learned:
     """Add measured whole models (``learned_entry``'s dicts) to the stored table
     ``name`` as calibration models. Entries whose ops the table does not hold, or whose
-    latency is not a positive number, are skipped."""
+    latency is not a positive number, are skipped; so is a table calibrated on fewer
+    than ``MIN_CALIBRATION_MODELS`` (it predicts the plain sum of its ops)."""
     table = store.load(name)
     if table.path is None:
         raise TableError(f"device table {name!r} has no stored files to learn into")
+    count = len(table.whole_models("calibration"))
+    if count < MIN_CALIBRATION_MODELS:  # uncalibrated: a few front models cannot fit it
+        why = f"the table has {count} calibration models, fewer than {MIN_CALIBRATION_MODELS}"
+        return Learned(name, 0, count, None, None, skipped=why)
     before = _cv_mape(table)
     known = {r.key for r in table.rows if r.kind == "op" and r.status == "ok"}
     usable = [
@@ -90,8 +105,7 @@ def learn(store: DeviceStore, name: str, entries: Sequence[dict[str, Any]]) -> L
         if set(e["op_keys"]) <= known and math.isfinite(e["median_ms"]) and e["median_ms"] > 0
     ]
     if not usable:
-        count = len(table.whole_models("calibration"))
-        return Learned(name, 0, count, before, before)
+        return Learned(name, 0, count, before, before, skipped="no entry's ops are in the table")
     path = table.path
     keys = {e["key"] for e in usable}
     rows = [r for r in read_table(path, name=name).rows if r.key not in keys]

@@ -89,6 +89,9 @@ def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.1f}%"
 
+    if got.skipped:
+        logger.info("%s: the front did not join the table's calibration (%s)", device, got.skipped)
+        return
     logger.info(
         "%s: %d front members joined the table's calibration (%d models now); its "
         "cross-validated error %s before, %s after (--no-learn keeps the table fixed)",
@@ -140,6 +143,8 @@ def learn_measured_front(store: Any, front: dict[str, Any], measured: dict[str, 
     if not store.has(device):
         return f"no device table named {device!r} in {store.root}: nothing learnt (import one)"
     got = learn(store, device, entries)
+    if got.skipped:
+        return f"nothing learnt into {device}'s table: {got.skipped}"
     pct = ["-" if v is None else f"{100 * v:.1f}%" for v in (got.cv_mape_before, got.cv_mape_after)]
     return (
         f"{got.added} members joined {device}'s calibration ({got.calibration_models} models "

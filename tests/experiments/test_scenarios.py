@@ -192,6 +192,8 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
         tmp_path,
         monkeypatch,
         local_table={"calibration": 10, "round_s": 0.01},
+        # the stored table must price as the search did: its front does not join it
+        **{"tracking.learn_front": False},
     )
     evaluation = Evaluation(config)  # the stored local-cpu table, edge-npu derived from it
     npu, cpu = evaluation.context.latency["edge-npu"], evaluation.context.latency["local-cpu"]

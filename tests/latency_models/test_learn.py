@@ -49,3 +49,19 @@ def test_an_entry_holds_the_plans_ops_as_the_table_keys_them(table, mlp_setup) -
     entry = learned_entry(lm, model, CompressionPlan(), 1.0)
     assert entry["op_keys"] and all(table.get(k) is not None for k in entry["op_keys"])
     assert len(entry["op_nodes"]) == len(entry["op_keys"])
+
+
+def test_an_uncalibrated_table_is_left_as_it_is(table, store, mlp_setup) -> None:
+    """A table without calibration models predicts the plain sum of its ops; a few
+    front models cannot calibrate it, so nothing is added."""
+    from frontier.latency_models import read_table
+    from frontier.latency_models._table import write_rows
+
+    path = store.root / "devices" / "test-cpu" / "table.csv"
+    write_rows(path, [r for r in read_table(path).rows if r.kind != "calibration"])
+    _, model, x, space = mlp_setup
+    lm = LatencyModel(table)
+    lm.bind(model, x, space)
+    got = learn(store, "test-cpu", [learned_entry(lm, model, CompressionPlan(), 0.5)])
+    assert got.added == 0 and "fewer than 8" in got.skipped
+    assert not store.load("test-cpu").whole_models("calibration")
