@@ -46,26 +46,27 @@ def _search(config: str, seed: int, trials: int, folder: Path, data: Path) -> fl
 
 def _front(folder: Path) -> list[dict[str, Any]]:
     """Each front member's plan, predicted and measured latency."""
-    from frontier.search._results import query_front
-    from frontier.search._tracking import PLAN_FILE, download
+    import mlflow
+
+    from frontier.search import query_front
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     _, frame = query_front(uri)
+    mlflow.set_tracking_uri(uri)
     out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for _, row in frame.iterrows():
-            measured = row.get(f"latency_measured_ms@{DEVICE}")
-            if measured is None or measured != measured:
-                continue
-            got = download(uri, row["run_id"], Path(tmp) / row["run_id"])
-            out.append(
-                {
-                    "trial": int(row["trial"]),
-                    "plan": json.loads(got[PLAN_FILE].read_text()),
-                    "predicted_ms": float(row[f"latency_ms@{DEVICE}"]),
-                    "measured_ms": float(measured),
-                }
-            )
+    for _, row in frame.iterrows():
+        measured = row.get(f"latency_measured_ms@{DEVICE}")
+        if measured is None or measured != measured:
+            continue
+        plan = mlflow.artifacts.load_text(f"runs:/{row['run_id']}/plan.json")
+        out.append(
+            {
+                "trial": int(row["trial"]),
+                "plan": json.loads(plan),
+                "predicted_ms": float(row[f"latency_ms@{DEVICE}"]),
+                "measured_ms": float(measured),
+            }
+        )
     return out
 
 
@@ -79,8 +80,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from frontier.latency_models import DeviceStore, LatencyModel, error_summary, learn
-    from frontier.search._config import load_config
-    from frontier.search._learning import plan_entries
+    from frontier.search import load_config, plan_entries
 
     work = Path(args.work or tempfile.mkdtemp(prefix="frontier-learn-"))
     data = work / "data"

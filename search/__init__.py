@@ -30,6 +30,7 @@ from ._config import (
 from ._engine import Search, SearchResult, default_callbacks, run
 from ._evaluation import Evaluation, TrialResult
 from ._front import Front, TrialRecord
+from ._learning import plan_entries
 from ._mlflow import MlflowCallback
 from ._pareto import Objective, hypervolume, normalise, pareto_mask
 from ._promotion import Promotion, SpreadPromotion
@@ -100,6 +101,7 @@ __all__ = [
     "parse_config",
     "parse_overrides",
     "parse_where",
+    "plan_entries",
     "promotion_savings",
     "query_front",
     "ray_runtime_env",
