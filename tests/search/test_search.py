@@ -165,7 +165,15 @@ def test_resume_after_an_interruption_loses_nothing(
     journal = workdir / "frontier-optuna.journal"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(path), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # a shell's background job starts with SIGINT ignored, and Python then never turns
+    # it into KeyboardInterrupt: the driver gets SIGINT's default, as at a terminal
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(_complete(journal)) < kill_after:
         time.sleep(0.2)
