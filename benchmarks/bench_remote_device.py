@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,59 +120,21 @@ def prepare(folder: Path) -> None:
     print(f"wrote {folder}: bundles {size / 2**20:.1f} MiB and measure.sh")
 
 
-def _plain_ort(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
-    """A user's check on a CPU: one session, 1 thread, 30 warm-up runs, then the
-    median of up to 300 runs or 1 s back to back."""
-    import time
-
-    import numpy as np
-
-    sys.path.insert(0, str(ROOT / "latency_models"))
-    import runner
-
-    out = []
-    import zipfile
-
-    with zipfile.ZipFile(bundle) as zf:
-        for entry in entries:
-            so = runner.session_options(1)
-            run, _ = runner.open_session(
-                zf.read(entry["file"]), so, rng=np.random.default_rng(0), **runner.weights_of(entry)
-            )
-            for _ in range(30):
-                run()
-            times: list[float] = []
-            end = time.perf_counter() + 1.0
-            while len(times) < 300 and time.perf_counter() < end:
-                t0 = time.perf_counter()
-                run()
-                times.append((time.perf_counter() - t0) * 1000.0)
-            out.append(statistics.median(times))
-    return out
-
-
-def _plain_cuda(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
-    """A user's check on a GPU: the PyTorch model, 30 warm-up runs, then the median of
-    up to 300 runs or 1 s, each timed by the wall clock around ``run()`` and
-    ``torch.cuda.synchronize()``."""
+def _plain_loop(
+    bundle: Path,
+    entries: list[dict[str, Any]],
+    open_run: Callable[[bytes, dict[str, Any]], Callable[[], Any]],
+    sync: Callable[[], Any] = lambda: None,
+) -> list[float]:
+    """A user's check of each model: 30 warm-up runs, then the median of up to 300 runs
+    or 1 s back to back, each timed by the wall clock around ``run()`` and ``sync()``."""
     import time
     import zipfile
 
-    import numpy as np
-    import torch
-
-    sys.path.insert(0, str(ROOT / "latency_models"))
-    import runner_torch
-
-    device = os.environ.get("TORCH_DEVICE", "cuda")  # cpu: a dry run elsewhere
-    backend = runner_torch.TorchBackend(device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     out = []
     with zipfile.ZipFile(bundle) as zf:
         for entry in entries:
-            run, _ = backend.open(
-                zf.read(entry["file"]), entry, batch_size=1, rng=np.random.default_rng(0)
-            )
+            run = open_run(zf.read(entry["file"]), entry)
             for _ in range(30):
                 run()
             sync()
@@ -184,6 +147,39 @@ def _plain_cuda(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
                 times.append((time.perf_counter() - t0) * 1000.0)
             out.append(statistics.median(times))
     return out
+
+
+def _plain_ort(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
+    """On a CPU: one ONNX Runtime session a model, 1 thread."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "latency_models"))
+    import runner
+
+    def open_run(data: bytes, entry: dict[str, Any]) -> Callable[[], Any]:
+        so = runner.session_options(1)
+        rng = np.random.default_rng(0)
+        return runner.open_session(data, so, rng=rng, **runner.weights_of(entry))[0]
+
+    return _plain_loop(bundle, entries, open_run)
+
+
+def _plain_cuda(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
+    """On a GPU: the PyTorch model, each run followed by ``torch.cuda.synchronize()``."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT / "latency_models"))
+    import runner_torch
+
+    device = os.environ.get("TORCH_DEVICE", "cuda")  # cpu: a dry run elsewhere
+    backend = runner_torch.TorchBackend(device)
+
+    def open_run(data: bytes, entry: dict[str, Any]) -> Callable[[], Any]:
+        return backend.open(data, entry, batch_size=1, rng=np.random.default_rng(0))[0]
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    return _plain_loop(bundle, entries, open_run, sync)
 
 
 def plain(bundle: Path, engine: str, out: Path, count: int = 20) -> None:

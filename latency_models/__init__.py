@@ -11,7 +11,7 @@ from ._bundle import VALIDATION_SEED0, SpaceOps, space_ops, whole_model_bytes, w
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
 from ._front import read_front_result, write_front_bundle
-from ._learn import Learned, learn, learned_entry, plan_entry
+from ._learn import Learned, learn, learned_entry, plan_entry, priced_layers
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
 from ._profile import (
@@ -88,6 +88,7 @@ __all__ = [
     "plan_entry",
     "plan_ops",
     "plot_layers",
+    "priced_layers",
     "profile_layers",
     "protocol",
     "quiet_root_logger",

@@ -25,13 +25,13 @@ from frontier.spaces import CompressionPlan
 from ._arch import arch_key
 from ._model import LatencyModel
 from ._ops import plan_op_nodes, plan_ops
+from ._profile import layer_prices
 from ._table import (
     MIN_CALIBRATION_MODELS,
     DeviceStore,
     DeviceTable,
     Row,
     TableError,
-    read_table,
     write_rows,
 )
 
@@ -77,6 +77,14 @@ def learned_entry(lm: LatencyModel, model: Any, plan: CompressionPlan, median_ms
     return plan_entry(templates, plan, median_ms)
 
 
+def priced_layers(lm: LatencyModel, entry: Mapping[str, Any]) -> dict[str, float]:
+    """The table prices of an entry's ops (``plan_entry``) summed per layer
+    (``layer_prices``); an op the table cannot name is priced NaN, not free."""
+    specs = [lm.spec_of(k) for k in entry["op_keys"]]
+    costs = [lm.op_cost(s).latency_ms if s is not None else math.nan for s in specs]
+    return layer_prices(entry["op_nodes"], costs)
+
+
 def _cv_mape(table: DeviceTable) -> float | None:
     calibration = LatencyModel(table).quality().get("calibration", {})
     cv = calibration.get("cv_mape", {})
@@ -108,7 +116,7 @@ def learn(store: DeviceStore, name: str, entries: Sequence[dict[str, Any]]) -> L
         return Learned(name, 0, count, before, before, skipped="no entry's ops are in the table")
     path = table.path
     keys = {e["key"] for e in usable}
-    rows = [r for r in read_table(path, name=name).rows if r.key not in keys]
+    rows = [r for r in table.rows if r.key not in keys]
     for e in usable:
         ms = e["median_ms"]
         rows.append(Row(e["key"], "calibration", e["key"], "", "", "ok", ms, ms, ms, 1, None, ms))

@@ -421,7 +421,7 @@ def profile_nodes(
 class Backend(Protocol):
     """What the runner measures a bundle's models with: an ONNX Runtime provider
     (``OrtBackend``), or another engine with its own timer (a GPU's, in
-    ``runner_cuda``). The loop, the protocol and the files written are the same."""
+    ``runner_torch``). The loop, the protocol and the files written are the same."""
 
     provider: str
     #: the name of ``timer`` in the protocol's metadata ("" for the wall clock)
@@ -558,7 +558,7 @@ def measure_bundle(
         kinds: which kinds of model to measure.
         rounds, round_s: the protocol's rounds and seconds per visit.
         backend: what opens, times and profiles a model (``OrtBackend(provider,
-            threads)`` by default; ``runner_cuda.TorchCudaBackend`` on a GPU).
+            threads)`` by default; ``runner_torch.TorchBackend`` on a GPU).
     """
     import numpy as np
 
@@ -749,17 +749,24 @@ def _member(zf: zipfile.ZipFile, bundle: Path, name: str) -> bytes:
         raise ValueError(f"{bundle}: cannot read {name} ({err}); the bundle is damaged") from None
 
 
+def report_measure(measure: Callable[[], Path]) -> int:
+    """A runner's command line around ``measure`` (a ``measure_bundle`` call): its
+    summary line, or a one-line error and exit status 2 for a bad bundle or path."""
+    try:
+        print(summary(measure()))
+    except ERRORS as err:
+        print(f"runner: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="frontier-runner", description="Measure a Frontier op bundle on this device."
     )
     add_measure_arguments(parser)
-    try:
-        print(summary(measure_from_args(parser.parse_args(argv))))
-    except ERRORS as err:
-        print(f"runner: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    args = parser.parse_args(argv)
+    return report_measure(lambda: measure_from_args(args))
 
 
 if __name__ == "__main__":

@@ -417,8 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=runner.ROUNDS)
     parser.add_argument("--round-s", type=float, default=runner.ROUND_S)
     args = parser.parse_args(argv)
-    try:
-        out = runner.measure_bundle(
+    return runner.report_measure(
+        lambda: runner.measure_bundle(
             args.bundle,
             args.out,
             device=args.device,
@@ -427,11 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             round_s=args.round_s,
             backend=TorchBackend(args.torch_device),
         )
-        print(runner.summary(out))
-    except runner.ERRORS as err:
-        print(f"runner: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    )
 
 
 if __name__ == "__main__":

@@ -86,17 +86,14 @@ def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
         logger.warning("%s: the front did not join the table's calibration (%s)", device, err)
         return
 
-    def pct(v: float | None) -> str:
-        return "-" if v is None else f"{100 * v:.1f}%"
-
     if got.skipped:
         logger.info("%s: the front did not join the table's calibration (%s)", device, got.skipped)
         return
     logger.info(
         "%s: %d front members joined the table's calibration (%d models now); its "
         "cross-validated error %s before, %s after (--no-learn keeps the table fixed)",
-        device, got.added, got.calibration_models, pct(got.cv_mape_before),
-        pct(got.cv_mape_after),
+        device, got.added, got.calibration_models, _pct(got.cv_mape_before),
+        _pct(got.cv_mape_after),
     )  # fmt: skip
 
 
@@ -145,8 +142,13 @@ def learn_measured_front(store: Any, front: dict[str, Any], measured: dict[str, 
     got = learn(store, device, entries)
     if got.skipped:
         return f"nothing learnt into {device}'s table: {got.skipped}"
-    pct = ["-" if v is None else f"{100 * v:.1f}%" for v in (got.cv_mape_before, got.cv_mape_after)]
     return (
         f"{got.added} members joined {device}'s calibration ({got.calibration_models} models "
-        f"now; cross-validated error {pct[0]} before, {pct[1]} after; --no-learn keeps it fixed)"
+        f"now; cross-validated error {_pct(got.cv_mape_before)} before, "
+        f"{_pct(got.cv_mape_after)} after; --no-learn keeps it fixed)"
     )
+
+
+def _pct(value: float | None) -> str:
+    """A cross-validated error as the log lines print it ("-": none)."""
+    return "-" if value is None else f"{100 * value:.1f}%"

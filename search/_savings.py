@@ -119,15 +119,15 @@ def profile_front(
         base_path = folder / "baseline.onnx"
         search.evaluation.export_baseline(base_path)
         base = profile_layers(base_path, threads=threads, runs=PROFILE_RUNS, measure=False)
+        priced = _table_prices(search, threads)
+        base_prices = priced({}) if priced else None  # the uncompressed plan, once
     except Exception as err:
         logger.warning("front not profiled (the baseline: %s)", err)
         return
-    priced = _table_prices(search, threads)
     for n, (path, run_id) in members.items():
         try:
             mine = profile_layers(path, threads=threads, runs=PROFILE_RUNS, measure=False)
             prices = priced(search.records[n].plan) if priced else None
-            base_prices = priced({}) if priced else None
             rows = compare_layers(mine, base, prices=prices, base_prices=base_prices)
             out = folder / f"profile-{n}"
             out.mkdir(exist_ok=True)
@@ -146,7 +146,7 @@ def _table_prices(search: SearchView, threads: int) -> Any:
     device measured here at ``threads`` (None where the search prices no such device)."""
     import math
 
-    from frontier.latency_models import layer_prices, learned_entry, local_threads
+    from frontier.latency_models import learned_entry, local_threads, priced_layers
     from frontier.spaces import CompressionPlan
 
     ev = search.evaluation
@@ -156,9 +156,7 @@ def _table_prices(search: SearchView, threads: int) -> Any:
     lm = ev.context.latency[device]
 
     def priced(plan: dict[str, Any]) -> dict[str, float]:
-        entry = learned_entry(lm, ev.teacher, CompressionPlan.from_dict(plan), math.nan)
-        specs = [lm.spec_of(k) for k in entry["op_keys"]]
-        costs = [lm.op_cost(s).latency_ms if s is not None else 0.0 for s in specs]
-        return layer_prices(entry["op_nodes"], costs)
+        plan_ = CompressionPlan.from_dict(plan)
+        return priced_layers(lm, learned_entry(lm, ev.teacher, plan_, math.nan))
 
     return priced

@@ -50,10 +50,9 @@ def _profile_command(sub: Any) -> None:
 def _table_prices(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
     """The layers' table prices on ``args.device`` of the run ``args.model`` and of the
     uncompressed model of its search: the plan's ops rebuilt from the search's config."""
-    import math
     import tempfile
 
-    from frontier.latency_models import DeviceStore, LatencyModel, layer_prices
+    from frontier.latency_models import DeviceStore, LatencyModel, priced_layers
 
     from .._config import load_config
     from .._learning import plan_entries
@@ -67,13 +66,7 @@ def _table_prices(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
         parent = _client(uri).get_run(args.model).data.tags.get("mlflow.parentRunId", "")
         config = load_config(download_text(uri, parent, "config.json", tmp))
     entries = plan_entries(config, {"model": plan, "baseline": {}})
-
-    def priced(entry: dict) -> dict[str, float]:
-        specs = [lm.spec_of(k) for k in entry["op_keys"]]
-        costs = [lm.op_cost(s).latency_ms if s is not None else math.nan for s in specs]
-        return layer_prices(entry["op_nodes"], costs)
-
-    return priced(entries["model"]), priced(entries["baseline"])
+    return priced_layers(lm, entries["model"]), priced_layers(lm, entries["baseline"])
 
 
 def _onnx_file(target: str, args: argparse.Namespace, scratch: Path) -> Path:
