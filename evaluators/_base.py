@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from frontier.spaces import CompressionPlan, Registry, apply_plan
+from frontier.spaces import CompressionPlan, Cost, Registry, apply_plan, model_cost
 
 MAXIMIZE = "maximize"
 MINIMIZE = "minimize"
@@ -41,7 +41,8 @@ class Measurement:
 
 @dataclass
 class Candidate:
-    """A plan to evaluate; the compressed model is built once, on first use.
+    """A plan to evaluate; the compressed model is built once, on first use, and its
+    cost (``model_cost``) counted once.
 
     ``scored`` is the model the accuracy evaluator last measured (the fine-tuned copy at
     a training rung), kept so it can be exported without fine-tuning it again."""
@@ -50,6 +51,7 @@ class Candidate:
     id: str = ""
     _model: nn.Module | None = field(default=None, repr=False)
     scored: nn.Module | None = field(default=None, repr=False)
+    _cost: Cost | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -98,6 +100,18 @@ class EvalContext:
                 calibration_data=self.calibration(),
             )
         return candidate._model
+
+    def cost(self, candidate: Candidate) -> Cost:
+        """The candidate's parameters, bytes and MACs (``model_cost``), counted once: on
+        its compressed model where one was built, else on the plan's structure alone,
+        built without the calibration passes (counts do not depend on activation
+        ranges; a cost-only evaluation, as the sampler's, skips them)."""
+        if candidate._cost is None:
+            model = candidate._model
+            if model is None:
+                model = apply_plan(self.teacher, candidate.plan, self.example_inputs)
+            candidate._cost = model_cost(model, candidate.plan, self.example_inputs)
+        return candidate._cost
 
 
 class Evaluator(ABC):

@@ -6,7 +6,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from frontier.spaces import export_onnx, model_cost
+from frontier.spaces import export_onnx
 
 from ._base import MINIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
 
@@ -28,11 +28,11 @@ class SizeEvaluator(Evaluator):
         self.format = format
 
     def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        model = context.compressed(candidate)
-        cost = model_cost(model, candidate.plan, context.example_inputs)
+        cost = context.cost(candidate)
         details: dict[str, float | str] = {"accounted_bytes": cost.size_bytes}
         value = float(cost.size_bytes)
         if self.format == "onnx":
+            model = context.compressed(candidate)
             with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 path = Path(tmp) / "m.onnx"
@@ -57,7 +57,7 @@ class _CostField(Evaluator):
         self.unit = self.field.upper()
 
     def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        cost = model_cost(context.compressed(candidate), candidate.plan, context.example_inputs)
+        cost = context.cost(candidate)
         return Measurement(
             float(getattr(cost, self.field)), self.unit, "exact", 0.0, {"params": cost.params}
         )

@@ -30,10 +30,11 @@ LOOPBACK_RAY_IP = "127.0.0.2"
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of work: a plan (plain data) scored at one rung."""
+    """One unit of work: a plan (plain data) scored at one rung, or at a fidelity the
+    config need not list (``"proxy"``: the sensitivity pass scores every metric there)."""
 
     plan: dict[str, Any]
-    rung: int
+    rung: int | str
 
 
 class Backend(ABC):

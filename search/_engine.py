@@ -152,7 +152,7 @@ class Search:
                 self.study_name, self.study_store.url, self.done, cfg.search.trials,
                 backend.name, backend.slots, cfg.tracking.uri,
             )  # fmt: skip
-            setup.ready_sampler(self)
+            setup.ready_sampler(self, backend)
             self._notify("on_start")
             self.study_store.flush()
             status, started = "FAILED", time.perf_counter()
@@ -208,7 +208,7 @@ class Search:
                     self._finish_trial(what, job, outcome)
                     since_generation += 1
                 else:
-                    self._finish_promotion(what, job.rung, outcome)
+                    self._finish_promotion(what, int(job.rung), outcome)
             if since_generation >= self.config.search.population:
                 since_generation = 0
                 promotions += self._generation()

@@ -202,12 +202,15 @@ class Evaluation:
         values: dict[str, float] = {}
         fidelity: dict[str, str] = {}
         details: dict[str, Any] = {}
+        names = list(metrics or self.metrics)
         with _quiet():
-            for name in metrics or self.metrics:
+            # accuracy first: the model it builds is the one the costs are counted on
+            for name in sorted(names, key=lambda n: n != ACCURACY):
                 m = self.evaluator(name, rung)(candidate, self.context)
                 if not math.isfinite(m.value):
                     raise EvaluationError(f"objective {name!r} is {m.value} (not finite)")
                 values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
+        values = {n: values[n] for n in names}
         result = TrialResult(values, fidelity, details, time.perf_counter() - start)
         if export and candidate.scored is not None:
             start = time.perf_counter()
@@ -218,26 +221,28 @@ class Evaluation:
             result.export_s = time.perf_counter() - start
         return result
 
-    def exports_in_job(self, rung: int) -> bool:
+    def exports_in_job(self, rung: int | str) -> bool:
         """Whether a job at ``rung`` exports its scored model: at a training rung when the
         search writes front members' models (fine-tuning again in the driver costs as
-        much as the job did; exporting costs seconds)."""
+        much as the job did; exporting costs seconds); never at a named fidelity."""
         return (
-            self.config.tracking.export_front
+            isinstance(rung, int)
+            and self.config.tracking.export_front
             and ACCURACY in self.metrics
             and self.rungs[rung] != "proxy"
         )
 
-    def run_job(self, plan: Mapping[str, Any], rung: int) -> TrialResult:
-        """A job as the backends hand it over: plan data scored at ``rung``; rung 0
-        measures every metric, a promotion only what the rung changes (accuracy); the
+    def run_job(self, plan: Mapping[str, Any], rung: int | str) -> TrialResult:
+        """A job as the backends hand it over: plan data scored at ``rung``; rung 0 and a
+        named fidelity measure every metric, a promotion only what the rung changes
+        (accuracy); the
         scored model comes back as ONNX where ``exports_in_job``. Torch runs on
         ``backend.threads_per_trial`` threads meanwhile."""
         with _torch_threads(self.config.backend.threads_per_trial):
             return self.evaluate(
                 self.plan(plan),
                 rung,
-                None if rung == 0 else [ACCURACY],
+                None if rung == 0 or isinstance(rung, str) else [ACCURACY],
                 export=self.exports_in_job(rung),
             )
 
@@ -433,7 +438,7 @@ _WORKER_CACHE: dict[str, Evaluation] = {}
 
 
 def evaluate_job(
-    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int
+    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int | str
 ) -> TrialResult:
     """The unit of work a worker runs: score one plan. The Evaluation is built once
     per worker process and config, then reused."""
@@ -447,7 +452,7 @@ def evaluate_job(
 
 
 def evaluate_ray_job(
-    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int
+    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int | str
 ) -> TrialResult:
     """``evaluate_job`` as a Ray task: the result says which node scored it."""
     import ray

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from frontier.evaluators import FIDELITIES
+
 from ._log import logger
 
 
@@ -37,11 +39,14 @@ def choices(space: Any) -> list[tuple[str, Any]]:
 SEARCH_SHARE = 0.2
 
 
-def for_search(evaluation: Any, name: str, trials: int) -> tuple[list[dict[str, Any]], str]:
+def for_search(
+    evaluation: Any, name: str, trials: int, backend: Any = None
+) -> tuple[list[dict[str, Any]], str]:
     """A search's per-layer sensitivity: ``(rows, fidelity)``, cached by config ``name``
     (a resumed search reads it). Each choice alone at the first rung while that is at
     most ``SEARCH_SHARE`` of ``trials``; else without fine-tuning (a large model has
-    hundreds of choices)."""
+    hundreds of choices). Scored on the search's ``backend``'s workers where it has more
+    than one."""
     from frontier.experiments import cache_dir
 
     def progress(done: int, total: int, seconds: float) -> None:
@@ -59,7 +64,7 @@ def for_search(evaluation: Any, name: str, trials: int) -> tuple[list[dict[str, 
             trials,
         )
     cache = cache_dir() / f"sensitivity-{name}.json"
-    rows = sensitivity(evaluation, rung=rung, cache=cache, progress=progress)
+    rows = sensitivity(evaluation, rung=rung, cache=cache, progress=progress, backend=backend)
     return rows, evaluation.fidelity(rung)
 
 
@@ -82,6 +87,7 @@ def sensitivity(
     rung: int | str = 0,
     cache: Path | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    backend: Any = None,
 ) -> list[dict[str, Any]]:
     """Score every per-layer choice alone (``choices``) at ``rung``.
 
@@ -91,6 +97,9 @@ def sensitivity(
             ``"proxy"`` (no fine-tuning) that the config need not list.
         cache: a JSON file holding results by ``cache_key``; read, and written.
         progress: called with (done, total, seconds) after each plan.
+        backend: a search ``Backend`` whose workers score the plans, as many at once
+            as it has slots, at rung 0 or a named fidelity (None, one slot or a later
+            rung: one after another in this process).
 
     Returns:
         One row per choice: ``dimension``, ``layer``, ``choice``, every metric's value,
@@ -104,21 +113,12 @@ def sensitivity(
     space = evaluation.space
     todo = [("none", None), *choices(space)]
     layers = {d.name: d.layer for d in space.dimensions()}
-    rows: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    for i, (name, value) in enumerate(todo):
-        plan = space.plan_of({} if value is None else {name: value})
-        values = evaluation.evaluate(plan, rung).values
-        rows.append(
-            {
-                "dimension": name,
-                "layer": layers.get(name, ""),
-                "choice": value,
-                **values,
-            }
-        )
-        if progress is not None:
-            progress(i + 1, len(todo), time.perf_counter() - start)
+    plans = [space.plan_of({} if value is None else {name: value}) for name, value in todo]
+    scored = _scored(evaluation, plans, rung, backend, progress)
+    rows = [
+        {"dimension": name, "layer": layers.get(name, ""), "choice": value, **values}
+        for (name, value), values in zip(todo, scored, strict=True)
+    ]
     base = rows[0]
     for row in rows:
         for metric in evaluation.metrics:
@@ -128,6 +128,46 @@ def sensitivity(
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(stored, indent=1))
     return rows
+
+
+def _scored(
+    evaluation: Any,
+    plans: list[Any],
+    rung: int | str,
+    backend: Any,
+    progress: Callable[[int, int, float], None] | None,
+) -> list[dict[str, float]]:
+    """Every metric of each of ``plans`` at ``rung``, in order: in this process, or on
+    ``backend``'s workers, as many at once as it has slots. A plan that fails ends the
+    pass with its error (a sensitivity row cannot be left out)."""
+    from ._backends import Job
+
+    start = time.perf_counter()
+    out: list[dict[str, float] | None] = [None] * len(plans)
+
+    def done() -> None:
+        if progress is not None:
+            progress(sum(v is not None for v in out), len(plans), time.perf_counter() - start)
+
+    # a job at a later rung is a promotion, which scores accuracy alone
+    if backend is None or backend.slots < 2 or rung not in (0, *FIDELITIES):
+        for i, plan in enumerate(plans):
+            out[i] = evaluation.evaluate(plan, rung).values
+            done()
+        return [v for v in out if v is not None]
+    todo = list(enumerate(plans))
+    pending: dict[Any, int] = {}
+    while todo or pending:
+        while todo and len(pending) < backend.slots:
+            i, plan = todo.pop(0)
+            pending[backend.submit(Job(plan.to_dict(), rung))] = i
+        for handle, outcome in backend.wait(list(pending)):
+            i = pending.pop(handle)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            out[i] = outcome.values
+            done()
+    return [v for v in out if v is not None]
 
 
 def _read(cache: Path | None) -> dict[str, Any]:

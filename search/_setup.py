@@ -128,16 +128,16 @@ def warm_up(evaluation: Evaluation) -> None:
         evaluation.context.soft_teacher  # noqa: B018
 
 
-def ready_sampler(search: Any) -> None:
+def ready_sampler(search: Any, backend: Any = None) -> None:
     """Measure per-layer sensitivity where the config or a ``SearchAware`` sampler wants
-    it (``search.sensitivity``, ``search.summary["sensitivity_s"]``), then bind that
-    sampler to ``search``."""
+    it (``search.sensitivity``, ``search.summary["sensitivity_s"]``; on ``backend``'s
+    workers), then bind that sampler to ``search``."""
     config, sampler = search.config, search.study.sampler
     aware = isinstance(sampler, SearchAware)
     if config.search.sensitivity or (aware and sampler.wants_sensitivity):
         start = time.perf_counter()
         search.sensitivity, search.sensitivity_fidelity = for_search(
-            search.evaluation, config.name, config.search.trials
+            search.evaluation, config.name, config.search.trials, backend
         )
         search.summary["sensitivity_s"] = time.perf_counter() - start
     if aware:

@@ -57,6 +57,33 @@ def test_size_of_a_hand_computed_plan(context) -> None:
     assert onnx.details["accounted_bytes"] == m.value and onnx.value > 0
 
 
+def test_costs_are_counted_once_and_need_no_calibration(context, monkeypatch) -> None:
+    """Size, MACs and BOPs of a candidate come from one count; where no evaluator built
+    the calibrated model (the sampler's cost-only screening), they are counted on the
+    plan's structure without the calibration passes, and equal the calibrated model's."""
+    from frontier.spaces import model_cost
+
+    plan = CompressionPlan(
+        prune={"features.1": 0.5}, weight_bits={"features.3": 8}, act_bits={"features.3": 8}
+    )
+    calibrated = model_cost(context.compressed(Candidate(plan)), plan, context.example_inputs)
+    counts: list[int] = []
+    monkeypatch.setattr(context, "calibration", lambda: pytest.fail("calibrated for a count"))
+    import frontier.evaluators._base as base
+
+    monkeypatch.setattr(base, "model_cost", lambda *a: counts.append(1) or model_cost(*a))
+    candidate = Candidate(plan)
+    values = {
+        n: build_evaluator(n)(candidate, context).value for n in ("size_bytes", "macs", "bops")
+    }
+    assert values == {
+        "size_bytes": calibrated.size_bytes,
+        "macs": calibrated.macs,
+        "bops": calibrated.bops,
+    }
+    assert counts == [1] and candidate._model is None
+
+
 def test_macs_and_bops(context) -> None:
     plan = CompressionPlan(weight_bits={"classifier": 8}, act_bits={"classifier": 8})
     macs = build_evaluator("macs")(Candidate(plan), context)

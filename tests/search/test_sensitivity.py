@@ -112,3 +112,30 @@ def test_a_search_records_its_sensitivity_and_a_resume_reuses_it(write_config, w
     )
     assert cache.stat().st_mtime_ns == stamp  # read, not measured again
     assert client.get_run(again.mlflow_run_id).data.metrics["sensitivity_s"] < first_s
+
+
+def test_the_search_s_workers_score_the_sensitivity_pass(write_config, workdir) -> None:
+    """With two local workers the pass runs on them (the driver scores nothing) and
+    gives the rows one process gives."""
+    from frontier.search import Evaluation, load_config, sensitivity
+    from frontier.search._backends import LocalProcesses
+
+    config = load_config(write_config(backend={"workers": 2}))
+    evaluation = Evaluation(config)
+    alone = sensitivity(evaluation, rung="short")
+    backend = LocalProcesses(config.model_dump_json(), evaluation.tables, workers=2)
+    seen: list[int] = []
+    try:
+        evaluation.evaluate = None  # would raise if the driver scored a plan
+        spread = sensitivity(
+            evaluation, rung="short", backend=backend, progress=lambda done, *_: seen.append(done)
+        )
+    finally:
+        backend.close()
+    assert seen == list(range(1, len(alone) + 1))
+    assert [(r["dimension"], r["choice"]) for r in spread] == [
+        (r["dimension"], r["choice"]) for r in alone
+    ]
+    for a, b in zip(alone, spread, strict=True):
+        assert b["size_bytes"] == a["size_bytes"]
+        assert b["accuracy"] == pytest.approx(a["accuracy"], abs=1e-6)
