@@ -26,7 +26,6 @@ from ._samplers import ask_unique
 from ._storage import GENERATION_ATTR, PROMOTION_ATTR, RUN_ATTR, StudyStore, restore
 from ._timing import Timing
 from ._tracking import no_telemetry
-from ._view import SearchAware
 
 
 def default_callbacks(config: Config, progress: bool | str = True) -> list[Callback]:
@@ -169,8 +168,7 @@ class Search:
                 backend.close()
                 failed = sum(1 for r in self.records.values() if r.state == "failed")
                 self.summary.update(failed_trials=failed, **self.timing.summary())
-                if isinstance(self.study.sampler, SearchAware):  # time spent screening plans
-                    self.summary["sampler_propose_s"] = self.study.sampler.propose_s
+                self.summary.update(setup.sampler_summary(self.study.sampler))
                 self._notify("on_finish", status)
         finally:
             if self._held is not None:

@@ -4,6 +4,7 @@ that relative constraints resolve against."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -142,3 +143,14 @@ def ready_sampler(search: Any, backend: Any = None) -> None:
         search.summary["sensitivity_s"] = time.perf_counter() - start
     if aware:
         sampler.bind(search)
+
+
+def sampler_summary(sampler: Any) -> dict[str, float]:
+    """What a ``SearchAware`` sampler spent screening plans: in all, and the median
+    proposal (nothing for another sampler)."""
+    if not isinstance(sampler, SearchAware):
+        return {}
+    out = {"sampler_propose_s": sampler.propose_s}
+    if sampler.proposals_s:
+        out["sampler_propose_median_s"] = statistics.median(sampler.proposals_s)
+    return out

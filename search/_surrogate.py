@@ -166,8 +166,9 @@ class SurrogateSampler(BaseSampler, SearchAware):
         #: get the same idea), by parameter key
         self._pending: dict[str, dict[str, float]] = {}
         self._cheap: dict[str, bool] = {}
-        #: seconds spent proposing, for the search's summary
+        #: seconds spent proposing, in all and each time, for the search's summary
         self.propose_s = 0.0
+        self.proposals_s: tuple[float, ...] = ()
 
     # -- the search binds it -------------------------------------------------------------
     def bind(self, search: SearchView) -> None:
@@ -208,7 +209,9 @@ class SurrogateSampler(BaseSampler, SearchAware):
         try:
             return self._propose(trial.number)
         finally:
-            self.propose_s += time.perf_counter() - start
+            took = time.perf_counter() - start
+            self.propose_s += took
+            self.proposals_s += (took,)
 
     def sample_independent(
         self, study: Any, trial: Any, param_name: str, param_distribution: Any

@@ -51,12 +51,15 @@ class SearchView(Protocol):
 class SearchAware:
     """A sampler that proposes plans from what the search knows. The engine measures
     per-layer sensitivity first when ``wants_sensitivity``, calls ``bind`` before the
-    first trial, and logs ``propose_s`` with the search's summary."""
+    first trial, and logs ``propose_s`` (and the median of ``proposals_s``) with the
+    search's summary."""
 
     #: the engine measures per-layer sensitivity before binding
     wants_sensitivity: bool = False
     #: seconds spent proposing plans
     propose_s: float = 0.0
+    #: seconds each proposal took, in order (a sampler that keeps them)
+    proposals_s: tuple[float, ...] = ()
 
     def bind(self, search: SearchView) -> None:
         """Called once, before the first trial."""

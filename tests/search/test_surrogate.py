@@ -81,6 +81,7 @@ def test_a_surrogate_search_proposes_each_plan_once_and_resumes(write_config, wo
     cache = cache_dir() / "sensitivity-tiny.json"
     stamp = cache.stat().st_mtime_ns
     assert first.summary["sampler_propose_s"] > 0 and len(first.sensitivity) > 1
+    assert 0 < first.summary["sampler_propose_median_s"] <= first.summary["sampler_propose_s"]
     again = Search(
         write_config(search={"sampler": "surrogate", "trials": 16}), progress=False, resume=True
     )
