@@ -122,6 +122,10 @@ class Evaluator(ABC):
     name: str = "objective"
     unit: str = ""
     direction: str = MINIMIZE
+    #: the value is a device table's prediction (``context.latency``): cheap, and it
+    #: changes when a table does, so cached values are priced again (set it on an
+    #: evaluator that reads the latency models)
+    priced_by_tables: bool = False
 
     @abstractmethod
     def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:

@@ -28,6 +28,7 @@ class LatencyEvaluator(Evaluator):
     of the context (``latency_ms@worst``), from its LatencyModel."""
 
     unit, direction = "ms", MINIMIZE
+    priced_by_tables = True
 
     def __init__(self, *, device: str) -> None:
         self.device = device
@@ -52,6 +53,7 @@ class EnergyEvaluator(Evaluator):
     predicted latency x the device's active power."""
 
     unit, direction = "mJ", MINIMIZE
+    priced_by_tables = True
 
     def __init__(self, *, device: str) -> None:
         self.device = device
@@ -126,6 +128,7 @@ class CarbonEvaluator(Evaluator):
     device, the context's only device)."""
 
     unit, direction = "gCO2e", MINIMIZE
+    priced_by_tables = True
 
     def __init__(self, *, device: str | None = None, scenario: Any = None) -> None:
         self.device = device

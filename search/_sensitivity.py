@@ -69,14 +69,15 @@ def for_search(
 
 
 def cache_key(evaluation: Any, rung: int | str) -> str:
-    """What the sensitivities depend on, hashed."""
+    """What the sensitivities depend on, hashed. Not the device tables: what they price
+    is priced again from the cache (``_repriced``), so a table that learnt a front or
+    gained another model's ops keeps the accuracies measured before."""
     config = json.loads(evaluation.config.model_dump_json())
     data = {
         **{k: config.get(k) for k in ("task", "space", "objectives")},
         "metrics": list(evaluation.metrics),
         "rung": evaluation.fidelity(rung),
         "seed": evaluation.config.search.seed,
-        "tables": {n: t.content_hash for n, t in evaluation.tables.items()},
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -109,7 +110,7 @@ def sensitivity(
     key = cache_key(evaluation, rung)
     stored = _read(cache)
     if key in stored:
-        return list(stored[key]["rows"])
+        return _repriced(evaluation, list(stored[key]["rows"]), rung)
     space = evaluation.space
     todo = [("none", None), *choices(space)]
     layers = {d.name: d.layer for d in space.dimensions()}
@@ -119,14 +120,32 @@ def sensitivity(
         {"dimension": name, "layer": layers.get(name, ""), "choice": value, **values}
         for (name, value), values in zip(todo, scored, strict=True)
     ]
-    base = rows[0]
-    for row in rows:
-        for metric in evaluation.metrics:
-            row[f"{metric}_delta"] = row[metric] - base[metric]
+    _deltas(rows, evaluation.metrics)
     if cache is not None:
         stored[key] = {"rung": evaluation.fidelity(rung), "rows": rows}
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(stored, indent=1))
+    return rows
+
+
+def _deltas(rows: list[dict[str, Any]], metrics: list[str]) -> None:
+    """Each row's ``<metric>_delta``: its value minus the first (uncompressed) row's."""
+    for row in rows:
+        for metric in metrics:
+            row[f"{metric}_delta"] = row[metric] - rows[0][metric]
+
+
+def _repriced(evaluation: Any, rows: list[dict[str, Any]], rung: int | str) -> list[dict[str, Any]]:
+    """Cached ``rows`` with every metric a device table prices (latency, energy,
+    carbon) priced again by the tables as they are now: milliseconds a plan."""
+    priced = [m for m in evaluation.metrics if evaluation.evaluator(m, rung).priced_by_tables]
+    if not priced:
+        return rows
+    space = evaluation.space
+    for row in rows:
+        params = {} if row["dimension"] == "none" else {row["dimension"]: row["choice"]}
+        row.update(evaluation.evaluate(space.plan_of(params), rung, priced).values)
+    _deltas(rows, priced)
     return rows
 
 

@@ -139,3 +139,36 @@ def test_the_search_s_workers_score_the_sensitivity_pass(write_config, workdir) 
     for a, b in zip(alone, spread, strict=True):
         assert b["size_bytes"] == a["size_bytes"]
         assert b["accuracy"] == pytest.approx(a["accuracy"], abs=1e-6)
+
+
+def test_cached_sensitivities_are_priced_again_by_the_tables_as_they_are_now(
+    write_config, workdir, monkeypatch
+) -> None:
+    """A table that learnt a front (or any new row) keeps the cache: the accuracies and
+    sizes are read, the latencies priced again by the table as it is now."""
+    import dataclasses
+
+    from frontier.search import Evaluation, load_config, sensitivity
+
+    path = write_config(objectives=["accuracy", "latency_ms@local-cpu", "size_bytes"])
+    evaluation = Evaluation(load_config(path))
+    cache = workdir / "sens.json"
+    first = sensitivity(evaluation, rung=0, cache=cache)
+    model = evaluation.context.latency["local-cpu"]
+    predict = model.predict
+    monkeypatch.setattr(
+        model,
+        "predict",
+        lambda *a: dataclasses.replace(predict(*a), latency_ms=2 * predict(*a).latency_ms),
+    )
+    scored: list[list[str]] = []
+    evaluate = evaluation.evaluate
+    monkeypatch.setattr(
+        evaluation, "evaluate", lambda p, r, m=None: scored.append(m) or evaluate(p, r, m)
+    )
+    again = sensitivity(evaluation, rung=0, cache=cache)
+    assert scored and all(m == ["latency_ms@local-cpu"] for m in scored)  # nothing else
+    for a, b in zip(first, again, strict=True):
+        assert b["accuracy"] == a["accuracy"] and b["size_bytes"] == a["size_bytes"]
+        assert b["latency_ms@local-cpu"] == pytest.approx(2 * a["latency_ms@local-cpu"])
+        assert b["latency_ms@local-cpu_delta"] == pytest.approx(2 * a["latency_ms@local-cpu_delta"])
