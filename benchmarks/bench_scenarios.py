@@ -19,8 +19,11 @@ Writes ``benchmarks/report-logs/scenarios.json``: a list of objects, one per sce
 ``baseline`` ``latency_measured_ms`` too; ``text-student`` also ``teacher_accuracy``),
 the targets and whether they were met, ``rungs``: per rung, the complete and feasible
 trials that ended there, ``candidates``: every top-rung feasible trial
-with its figures and plan, and ``time_s``: the search's own accounting (evaluation,
-sampler proposals, job exports, sensitivity, the whole loop).
+with its figures and plan, ``time_s``: the search's own accounting (evaluation,
+sampler proposals in all and their median, job exports, sensitivity, the whole loop),
+and, where the question asks for the fast or small end, ``promotion_coverage``: every
+trial cheaper than the pick by the question's cost, its first-rung accuracy and whether
+promotion measured it higher (did the top rung see that end of the front?).
 
 Run: python benchmarks/bench_scenarios.py [--scenarios NAME ...]   (default: mobilenetv2-flops40
      resnet50-edge text-student efficientnet-lite0-cpu)
@@ -135,6 +138,63 @@ def rung_counts(trials: Any) -> dict[str, dict[str, int]]:
     return {
         str(rung): {"complete": len(g), "feasible": int(g.feasible.sum())}
         for rung, g in sorted(done.groupby("rung"), key=lambda kv: RUNGS.index(kv[0]))
+    }
+
+
+def promotion_coverage(result: Any, config: Any, rule: str, latency: str) -> dict[str, Any]:
+    """Did the top rung see the end of the front the question asks for? The table's
+    cost of a plan (latency, or latency x size) is the same at every rung; only accuracy
+    moves. So every trial cheaper than the pick by the question's cost is listed with
+    its first-rung accuracy, whether it went up a rung and what it scored there: a
+    cheaper plan that never went up, with a first-rung accuracy as close to the bound
+    as the pick's was, is a chance the promotion left unmeasured. (For "the most
+    accurate", the end is accuracy itself, which promotion follows by design.)"""
+    if rule == "accuracy":
+        return {}
+    base = result.study.user_attrs["frontier.baseline"]
+    bounds = [c.resolve(base) for c in config.parsed_constraints() if c.objective == "accuracy"]
+
+    def cost(v: dict[str, float]) -> float:
+        return v[latency] * (v["size_bytes"] if rule == "latency x size" else 1.0)
+
+    rows = []
+    for t in result.study.trials:
+        first = t.user_attrs.get("values")
+        if t.state.name != "COMPLETE" or not first or latency not in first:
+            continue
+        above = result.study.user_attrs.get(f"frontier.rungs.{t.number}", {})
+        top = above[max(above, key=int)] if above else None
+        rows.append(
+            {
+                "trial": t.number,
+                "cost": cost(first),
+                "accuracy_first_rung": first.get("accuracy"),
+                "accuracy_top_rung": None if top is None else top.get("accuracy"),
+                "went_up": top is not None,
+                "gap_first_rung": min(
+                    (-c.violation(first["accuracy"]) for c in bounds), default=None
+                ),
+            }
+        )
+    chosen = pick(result.trials, rule)
+    if chosen is None or not rows:
+        return {"trials": len(rows)}
+    mine = next(r for r in rows if r["trial"] == int(chosen.trial))
+    cheaper = sorted((r for r in rows if r["cost"] < mine["cost"]), key=lambda r: r["cost"])
+    gap = mine["gap_first_rung"]
+    return {
+        "by": rule,
+        "pick_gap_first_rung": gap,
+        "cheaper_than_pick": len(cheaper),
+        "cheaper_went_up": sum(r["went_up"] for r in cheaper),
+        "cheaper_left_below_as_close_as_pick": sum(
+            not r["went_up"] and gap is not None and r["gap_first_rung"] >= gap for r in cheaper
+        ),
+        "cheaper_left_below_within_2_points": sum(
+            not r["went_up"] and r["gap_first_rung"] is not None and r["gap_first_rung"] >= -0.02
+            for r in cheaper
+        ),
+        "cheaper": cheaper[:20],
     }
 
 
@@ -276,6 +336,8 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
             picked["accuracy_split"] = "test"
         out["baseline"], out["picked"] = baseline, picked
         out["candidates"] = candidates(result, latency)
+        with contextlib.suppress(Exception):  # evidence for the report, never the run's end
+            out["promotion_coverage"] = promotion_coverage(result, config, rule, latency)
         out["pick_rule"] = {
             "accuracy": "the most accurate",
             "latency": "the fastest by the table",
