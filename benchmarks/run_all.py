@@ -790,6 +790,58 @@ def learn_section(learn: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Each scenario's last ``bench_scenarios.py`` run (``scenarios.json``): accuracy on
+    validation (what chose) and test (reported only), where the search's time went, and
+    whether promotion measured the end of the front the question asks for."""
+    table, notes = [], []
+    for r in rows:
+        b, p, t = r.get("baseline") or {}, r.get("picked") or {}, r.get("time_s") or {}
+        search_s = r.get("search_s")
+        sens = t.get("sensitivity_s")
+        table.append(
+            {
+                "scenario": r["scenario"],
+                "baseline val / test": _pair(b.get("accuracy_val"), b.get("accuracy_test")),
+                "pick val / test": _pair(p.get("accuracy_val"), p.get("accuracy_test")),
+                "search s": _num(search_s, "{:.0f}"),
+                "sensitivity s (share)": "-"
+                if sens is None or not search_s
+                else f"{sens:.0f} ({100 * sens / search_s:.0f}%)",
+                "proposal median s": _num(t.get("sampler_propose_median_s"), "{:.2f}"),
+                "proposals s in all": _num(t.get("sampler_propose_s"), "{:.0f}"),
+            }
+        )
+        cover = r.get("promotion_coverage") or {}
+        if cover.get("by"):
+            notes.append(
+                f"- {r['scenario']} (pick by {cover['by']}): {cover['cheaper_than_pick']} trials "
+                f"cheaper than the pick; {cover['cheaper_went_up']} of them measured at a higher "
+                f"rung; {cover.get('cheaper_left_below_within_2_points', '-')} left at the first "
+                "rung within 2 points of the accuracy bound"
+            )
+    return [
+        "### The scenarios, last run on their own (`benchmarks/bench_scenarios.py`)",
+        "",
+        "Accuracy on validation (what every rung, the front and the pick used) and on the "
+        "test split (measured once on the exported pick, never used to choose); '-' where "
+        "a row predates the split. Time: the search's own accounting.",
+        "",
+        md_table(pd.DataFrame(table), 3),
+        "",
+        *notes,
+        "",
+    ]
+
+
+def _pair(a: Any, b: Any) -> str:
+    return " / ".join(_num(v, "{:.4f}") for v in (a, b))
+
+
+def _num(value: Any, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
@@ -798,6 +850,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),
         ("learn.json", learn_section),
+        ("scenarios.json", scenario_runs_section),
     ):
         path = logs / filename
         if path.exists():
