@@ -163,6 +163,11 @@ def _sensitivity_command(sub: Any) -> None:
         "--rung", default="short", help="the rung to score at (default short, the cheap one)"
     )
     p.add_argument("--seed", type=int, help="override search.seed")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="local worker processes scoring the plans (default: the config's backend.workers)",
+    )
     p.add_argument("--out", default="sensitivity", help="directory for the CSV and PNG")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_sensitivity)
@@ -173,27 +178,39 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 
     from frontier.experiments import cache_dir
 
+    from .._backends import LocalProcesses
     from .._evaluation import Evaluation
     from .._sensitivity import plot, sensitivity
 
     config = load(args.config).override({"search.seed": args.seed})
+    workers = config.backend.workers if args.workers is None else args.workers
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
     out = writable(Path(args.out), "the sensitivity table (--out)")
     writable(cache_dir(), "the sensitivity cache ($FRONTIER_CACHE_DIR)")
     evaluation = Evaluation(config)
     if args.rung not in evaluation.rungs:
         raise UsageError(f"--rung must be one of the config's rungs {evaluation.rungs}")
-    rung = evaluation.rungs.index(args.rung)
+    rung = args.rung  # by name: every metric at that fidelity, on any worker
 
     def progress(done: int, total: int, seconds: float) -> None:
         if done == total or done % 10 == 0:
             print(f"sensitivity: {done}/{total} plans ({seconds:.0f} s)", file=sys.stderr)
 
-    rows = sensitivity(
-        evaluation,
-        rung=rung,
-        cache=cache_dir() / f"sensitivity-{config.name}.json",
-        progress=progress,
-    )
+    backend = None
+    if workers > 1:
+        backend = LocalProcesses(config.model_dump_json(), evaluation.tables, workers)
+    try:
+        rows = sensitivity(
+            evaluation,
+            rung=rung,
+            cache=cache_dir() / f"sensitivity-{config.name}.json",
+            progress=progress,
+            backend=backend,
+        )
+    finally:
+        if backend is not None:
+            backend.close()
     with (out / "sensitivity.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

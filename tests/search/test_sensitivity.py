@@ -75,7 +75,9 @@ def test_any_technique_s_per_layer_choices_are_scored_without_name_rules() -> No
 
 def test_cli_writes_the_table_and_plot(write_config, workdir, capsys) -> None:
     path = write_config()
-    assert main(["sensitivity", str(path), "--out", str(workdir / "s")]) == 0
+    assert main(["sensitivity", str(path), "--workers", "0"]) == 2
+    assert "--workers must be at least 1, got 0" in capsys.readouterr().err
+    assert main(["sensitivity", str(path), "--workers", "2", "--out", str(workdir / "s")]) == 0
     out = capsys.readouterr().out
     assert "uncompressed at the short rung: accuracy" in out
     assert (workdir / "s" / "sensitivity.csv").exists()
