@@ -54,7 +54,7 @@ def main() -> None:
             ),
         )
         context = EvalContext(task=task, teacher=teacher)
-        proxy = build_evaluator("accuracy", fidelity="proxy")
+        proxy = build_evaluator("accuracy", fidelity="proxy", all_signals=True)
         short = build_evaluator("accuracy", fidelity="short", steps=args.steps)
         full = build_evaluator("accuracy", fidelity="full", steps=args.steps)
         signals, shorts, fulls, walls = [], [], [], []

@@ -194,33 +194,48 @@ def distill(
 
 
 def proxy_signals(
-    model: nn.Module, teacher: nn.Module, batch: Any, bn_batches: list[Any] | None = None
+    model: nn.Module,
+    teacher: nn.Module,
+    batch: Any,
+    bn_batches: list[Any] | None = None,
+    *,
+    saliency: bool = True,
+    teacher_logits: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Zero-cost signals on one held-out batch: top-1 agreement with the teacher, minus
-    the KL divergence from the teacher, and a gradient-saliency score (sum |g * w| of
-    the cross-entropy, SNIP-style, normalised per weight). With ``bn_batches``, batch
-    norm statistics are re-estimated on them first (forward passes only)."""
+    the KL divergence from the teacher, and (``saliency``) a gradient-saliency score (sum
+    |g * w| of the cross-entropy, SNIP-style, normalised per weight: a backward pass,
+    twice the forward's cost). With ``bn_batches``, batch norm statistics are
+    re-estimated on them first (forward passes only). ``teacher_logits``: the teacher's
+    outputs on ``batch``, where the caller keeps them (the same for every plan)."""
     x, y = batch
     model = copy.deepcopy(model)
     recalibrate_bn(model, bn_batches or [])
     model.eval()
-    with torch.no_grad():
-        t_logits = teacher(x)
-    logits = model(x)
+    if teacher_logits is None:
+        with torch.no_grad():
+            teacher_logits = teacher(x)
+    with torch.set_grad_enabled(saliency):
+        logits = model(x)
     if not bool(torch.isfinite(logits).all()):
         raise EvaluationError("the model's outputs are not finite (NaN or inf) on the proxy batch")
-    agreement = float((logits.argmax(-1) == t_logits.argmax(-1)).float().mean())
+    agreement = float((logits.argmax(-1) == teacher_logits.argmax(-1)).float().mean())
     kl = float(
-        F.kl_div(F.log_softmax(logits, -1), F.softmax(t_logits, -1), reduction="batchmean").detach()
+        F.kl_div(
+            F.log_softmax(logits, -1), F.softmax(teacher_logits, -1), reduction="batchmean"
+        ).detach()
     )
-    model.zero_grad()
-    F.cross_entropy(logits, y).backward()
-    saliency, count = 0.0, 0
-    for p in model.parameters():
-        if p.grad is not None and p.dim() > 1:
-            saliency += float((p.grad * p.detach()).abs().sum())
-            count += p.numel()
-    return {"agreement": agreement, "neg_kl": -kl, "saliency": saliency / max(count, 1)}
+    signals = {"agreement": agreement, "neg_kl": -kl}
+    if saliency:
+        model.zero_grad()
+        F.cross_entropy(logits, y).backward()
+        total, count = 0.0, 0
+        for p in model.parameters():
+            if p.grad is not None and p.dim() > 1:
+                total += float((p.grad * p.detach()).abs().sum())
+                count += p.numel()
+        signals["saliency"] = total / max(count, 1)
+    return signals
 
 
 @register_evaluator("accuracy")
@@ -243,6 +258,8 @@ class AccuracyEvaluator(Evaluator):
         lr: Adam learning rate.
         batch_size: fine-tuning batch size.
         signal: the proxy signal reported as the value.
+        all_signals: ``proxy`` computes every signal for the details, saliency's
+            backward pass included, not only the one reported.
         temperature, alpha: distillation settings for plans that carry none.
         val_samples: ``short`` scores on the first this many validation samples (None:
             all); a cheaper, noisier rung for large models.
@@ -263,6 +280,7 @@ class AccuracyEvaluator(Evaluator):
         full_factor: int = 50,
         patience: int = 4,
         val_samples: int | None = None,
+        all_signals: bool = False,
     ) -> None:
         if fidelity not in FIDELITIES:
             raise ValueError(f"accuracy: fidelity must be one of {FIDELITIES}, got {fidelity!r}")
@@ -282,6 +300,7 @@ class AccuracyEvaluator(Evaluator):
         self.alpha = alpha
         self.full_factor = full_factor
         self.patience = patience
+        self.all_signals = all_signals
 
     def _kd(self, plan: CompressionPlan) -> tuple[float, float]:
         if plan.distill is not None:
@@ -300,8 +319,15 @@ class AccuracyEvaluator(Evaluator):
         loaders = context.task.loaders(batch_size=self.batch_size)
         compressed = context.compressed(candidate)
         if self.fidelity == "proxy":
-            batch = next(iter(context.task.loaders(batch_size=256).val))
-            signals = proxy_signals(compressed, context.teacher, batch, context.calibration())
+            x, y, teacher_logits = context.proxy_batch()
+            signals = proxy_signals(
+                compressed,
+                context.teacher,
+                (x, y),
+                context.calibration(),
+                saliency=self.all_signals or self.signal == "saliency",
+                teacher_logits=teacher_logits,
+            )
             return compressed, Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
         student = copy.deepcopy(compressed)
         temperature, alpha = self._kd(candidate.plan)

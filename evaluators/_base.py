@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from frontier.spaces import CompressionPlan, Cost, Registry, apply_plan, model_cost
@@ -70,6 +71,7 @@ class EvalContext:
     latency: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     _calibration: list[Any] | None = field(default=None, repr=False)
+    _proxy: tuple[Any, Any, Any] | None = field(default=None, repr=False)
     _soft_teacher: nn.Module | None = field(default=None, repr=False)
 
     @property
@@ -89,6 +91,15 @@ class EvalContext:
         if self._calibration is None:
             self._calibration = self.task.calibration_batches()
         return self._calibration
+
+    def proxy_batch(self) -> tuple[Any, Any, Any]:
+        """The proxy fidelity's held-out batch (the first 256 validation samples) and the
+        teacher's outputs on it, computed once: ``(inputs, targets, teacher_logits)``."""
+        if self._proxy is None:
+            x, y = next(iter(self.task.loaders(batch_size=256).val))
+            with torch.no_grad():
+                self._proxy = (x, y, self.teacher(x))
+        return self._proxy
 
     def compressed(self, candidate: Candidate) -> nn.Module:
         """The candidate's compressed model (built from the teacher on first use)."""

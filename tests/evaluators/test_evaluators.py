@@ -168,7 +168,12 @@ def test_short_fine_tune_recovers_accuracy(context) -> None:
     short = build_evaluator("accuracy", fidelity="short", steps=150)(c, context)
     assert short.fidelity == "short" and short.details["split"] == "val"
     assert short.value > 0.9 and short.value >= proxy.details["agreement"] - 0.05
-    assert set(proxy.details) == {"agreement", "neg_kl", "saliency"}
+    # saliency's backward pass only where it is reported or every signal is asked for
+    assert set(proxy.details) == {"agreement", "neg_kl"}
+    every = build_evaluator("accuracy", fidelity="proxy", all_signals=True)(c, context)
+    assert set(every.details) == {"agreement", "neg_kl", "saliency"}
+    assert every.details["agreement"] == proxy.details["agreement"]
+    assert every.details["neg_kl"] == pytest.approx(proxy.details["neg_kl"])
 
 
 def test_a_failing_evaluator_names_candidate_and_evaluator(context) -> None:
