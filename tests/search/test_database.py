@@ -74,7 +74,9 @@ def test_a_killed_driver_resumes_from_postgresql(
     storage = services.create_database(pg_server, "study_resume")
     path = write_config(
         objectives=[{"name": "accuracy", "options": {"steps": 150}}, "size_bytes"],
-        search={"anchors": False, "population": 10},
+        # every trial fine-tunes (a proxy-rung trial takes milliseconds: the whole budget
+        # would finish between two looks at the database)
+        search={"anchors": False, "population": 10, "fidelity": {"rungs": ["short"]}},
         storage=storage,
         tracking={"uri": tracking},
     )
