@@ -235,9 +235,8 @@ class Evaluation:
     def run_job(self, plan: Mapping[str, Any], rung: int | str) -> TrialResult:
         """A job as the backends hand it over: plan data scored at ``rung``; rung 0 and a
         named fidelity measure every metric, a promotion only what the rung changes
-        (accuracy); the
-        scored model comes back as ONNX where ``exports_in_job``. Torch runs on
-        ``backend.threads_per_trial`` threads meanwhile."""
+        (accuracy); the scored model comes back as ONNX where ``exports_in_job``. Torch
+        runs on ``backend.threads_per_trial`` threads meanwhile."""
         with _torch_threads(self.config.backend.threads_per_trial):
             return self.evaluate(
                 self.plan(plan),

@@ -162,18 +162,18 @@ def _scored(
     from ._backends import Job
 
     start = time.perf_counter()
-    out: list[dict[str, float] | None] = [None] * len(plans)
+    out: dict[int, dict[str, float]] = {}
 
-    def done() -> None:
+    def keep(i: int, values: dict[str, float]) -> None:
+        out[i] = values
         if progress is not None:
-            progress(sum(v is not None for v in out), len(plans), time.perf_counter() - start)
+            progress(len(out), len(plans), time.perf_counter() - start)
 
     # a job at a later rung is a promotion, which scores accuracy alone
     if backend is None or backend.slots < 2 or rung not in (0, *FIDELITIES):
         for i, plan in enumerate(plans):
-            out[i] = evaluation.evaluate(plan, rung).values
-            done()
-        return [v for v in out if v is not None]
+            keep(i, evaluation.evaluate(plan, rung).values)
+        return [out[i] for i in range(len(plans))]
     todo = list(enumerate(plans))
     pending: dict[Any, int] = {}
     while todo or pending:
@@ -184,9 +184,8 @@ def _scored(
             i = pending.pop(handle)
             if isinstance(outcome, BaseException):
                 raise outcome
-            out[i] = outcome.values
-            done()
-    return [v for v in out if v is not None]
+            keep(i, outcome.values)
+    return [out[i] for i in range(len(plans))]
 
 
 def _read(cache: Path | None) -> dict[str, Any]:
