@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -11,7 +12,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from frontier.spaces import CompressionPlan, Cost, Registry, apply_plan, model_cost
+from frontier.spaces import (
+    CompressionPlan,
+    Cost,
+    Registry,
+    ShapeCounter,
+    apply_plan,
+    model_cost,
+)
 
 MAXIMIZE = "maximize"
 MINIMIZE = "minimize"
@@ -64,12 +72,18 @@ class EvalContext:
         teacher: the uncompressed, trained model; evaluators never change it.
         latency: device name -> a LatencyModel bound to ``teacher`` and the space.
         seed: seed of every random choice an evaluator makes.
+        space: the search space, if any: costs of plans that only prune and set bit
+            widths are then counted from shapes (``ShapeCounter``), not from a build.
     """
 
     task: Any
     teacher: nn.Module
     latency: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    space: Any = None
+    _counter: ShapeCounter | None = field(default=None, repr=False)
+    _no_counter: bool = field(default=False, repr=False)
+    _structure_counts: int = field(default=0, repr=False)
     _calibration: list[Any] | None = field(default=None, repr=False)
     _proxy: tuple[Any, Any, Any] | None = field(default=None, repr=False)
     _soft_teacher: nn.Module | None = field(default=None, repr=False)
@@ -114,15 +128,48 @@ class EvalContext:
 
     def cost(self, candidate: Candidate) -> Cost:
         """The candidate's parameters, bytes and MACs (``model_cost``), counted once: on
-        its compressed model where one was built, else on the plan's structure alone,
-        built without the calibration passes (counts do not depend on activation
-        ranges; a cost-only evaluation, as the sampler's, skips them)."""
+        its compressed model where one was built, else on the plan's structure alone
+        (``structure_plan``): counts depend on shapes and the plan's bit widths, not on
+        activation ranges, fake quantization or which channels were kept, so a cost-only
+        evaluation (the sampler's) skips the calibration passes and the quantizers."""
         if candidate._cost is None:
             model = candidate._model
             if model is None:
-                model = apply_plan(self.teacher, candidate.plan, self.example_inputs)
+                candidate._cost = self._shape_count(candidate.plan)
+                if candidate._cost is not None:
+                    return candidate._cost
+                model = apply_plan(
+                    self.teacher, structure_plan(candidate.plan), self.example_inputs
+                )
             candidate._cost = model_cost(model, candidate.plan, self.example_inputs)
         return candidate._cost
+
+    def _shape_count(self, plan: CompressionPlan) -> Cost | None:
+        """``plan``'s cost from shapes, where the space allows it. The counter (one pruned
+        build per group, checked on three sampled plans) is made once a few plans have
+        asked: it pays off over many plans (a sampler's), not for a baseline."""
+        if self.space is None or self._no_counter or not ShapeCounter.handles(plan):
+            return None
+        self._structure_counts += 1
+        if self._counter is None and self._structure_counts < 3:
+            return None
+        if self._counter is None:
+            checks = [self.space.sample(seed) for seed in range(3)]
+            try:
+                self._counter = ShapeCounter(
+                    self.teacher, self.example_inputs, self.space.groups, checks=checks
+                )
+            except Exception:  # a group that cannot be pruned alone: build every plan
+                self._no_counter = True
+                return None
+        return self._counter.cost(plan)
+
+
+def structure_plan(plan: CompressionPlan) -> CompressionPlan:
+    """``plan`` with the same shapes and nothing that only changes values: no bit widths
+    (``model_cost`` prices them from the plan itself) and channels ranked by L1 (a
+    Taylor ranking needs gradient passes; the kept counts are the same)."""
+    return dataclasses.replace(plan, weight_bits={}, act_bits={}, importance="l1")
 
 
 class Evaluator(ABC):

@@ -59,9 +59,10 @@ class OpSpec:
     def name(self) -> str:
         return "+".join((self.op_type, *self.fused))
 
-    @property
+    @functools.cached_property
     def kind(self) -> str:
-        """The op's family, for fallback fitting: conv, dwconv, gconv, linear, or the type."""
+        """The op's family, for fallback fitting: conv, dwconv, gconv, linear, or the type
+        (computed once per spec, like ``key``)."""
         if self.op_type == "Conv":
             cin = self.input_shapes[0][1]
             if self.groups > 1 and self.groups == cin:
@@ -71,7 +72,7 @@ class OpSpec:
             return "linear"
         return self.op_type.lower()  # an attention MatMul (two activations) is "matmul"
 
-    @property
+    @functools.cached_property
     def weighted(self) -> bool:
         """Whether the op multiplies by a weight (a MatMul of two activations does not:
         its inputs besides a fused residual are all data)."""

@@ -37,9 +37,14 @@ from .runner import (
 
 @contextmanager
 def quiet_root_logger() -> Iterator[None]:
-    """ONNX Runtime's quantizer logs advice on the root logger for every model."""
+    """ONNX Runtime's quantizer logs advice on the root logger for every model. Inside
+    one already (a sampler pricing hundreds of plans), nothing is set: each change of a
+    level clears every logger's cache."""
     root = logging.getLogger()
     level = root.level
+    if level >= logging.ERROR:
+        yield
+        return
     root.setLevel(logging.ERROR)
     try:
         yield

@@ -127,7 +127,11 @@ class Evaluation:
             lm.bind(self.teacher, self.example, self.space)
             latency[name] = lm
         self.context = EvalContext(
-            task=self.task, teacher=self.teacher, latency=latency, seed=config.search.seed
+            task=self.task,
+            teacher=self.teacher,
+            latency=latency,
+            seed=config.search.seed,
+            space=self.space,
         )
         if not getattr(self.task, "trained", True) and self.rungs != ["proxy"]:
             self.rungs = ["proxy"]

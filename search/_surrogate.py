@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler
 
-from ._evaluation import ACCURACY
+from ._evaluation import ACCURACY, _quiet
 from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
 from ._view import SearchAware, SearchView
 
@@ -303,7 +303,8 @@ class SurrogateSampler(BaseSampler, SearchAware):
         if not pool:
             return {}
         cheap = [m for m in self._metrics if m not in slow]
-        rows = [self._exact(p, cheap) if cheap else {} for p in pool]
+        with _quiet():  # once, not once a plan
+            rows = [self._exact(p, cheap) if cheap else {} for p in pool]
         predicted = {m: models[m].predict(pool) for m in slow}
         for i, row in enumerate(rows):
             for m in slow:

@@ -30,6 +30,7 @@ from ._plan import (
 )
 from ._quant import calibrate, quant_bits
 from ._registry import Registry
+from ._shapes import ShapeCounter
 from ._space import (
     Dimension,
     LayerGroup,
@@ -109,6 +110,7 @@ __all__ = [
     "Quantize",
     "Registry",
     "SearchSpace",
+    "ShapeCounter",
     "SkippedGroup",
     "SpaceError",
     "SpaceOptions",

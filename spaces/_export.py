@@ -53,6 +53,7 @@ def _as_args(example_inputs: Any) -> tuple[Any, ...]:
     return tuple(example_inputs) if isinstance(example_inputs, tuple | list) else (example_inputs,)
 
 
+@functools.lru_cache(maxsize=65536)
 def onnx_module_name(node_name: str) -> str:
     """The module a TorchScript-exported node came from: '/layer1/layer1.0/conv1/Conv' ->
     'layer1.0.conv1' (a scope segment repeats its parent's name for container children)."""

@@ -266,6 +266,11 @@ class SearchSpace:
     def own_dimensions(self) -> list[Dimension]:
         """The dimensions of this architecture (one per tie): those of no single layer
         (pruning's, by group) first, then layer by layer, each in technique order."""
+        return list(self._own_dimensions)
+
+    @functools.cached_property
+    def _own_dimensions(self) -> tuple[Dimension, ...]:
+        """Listed once per space: every plan drawn walks them."""
         techniques = self.techniques("layer")
         dims = [d for t in techniques for d in t.dimensions(self)]
         seen = {d.name for d in dims}
@@ -275,7 +280,7 @@ class SearchSpace:
                     if d.name not in seen:
                         seen.add(d.name)
                         dims.append(d)
-        return dims
+        return tuple(dims)
 
     def dimensions(self) -> list[Dimension]:
         """Every dimension of the space, distillation and student choice included."""

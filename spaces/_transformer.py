@@ -222,8 +222,20 @@ def keep_ffn(layer: EncoderLayer, keep: Sequence[int]) -> None:
     layer.ffn_out = _cols(layer.ffn_out, index)
 
 
+def _linear(like: nn.Linear, in_features: int, out_features: int) -> nn.Linear:
+    """An uninitialised linear layer of ``like``'s kind (its values are copied in)."""
+    return torch.nn.utils.skip_init(
+        nn.Linear,
+        in_features,
+        out_features,
+        bias=like.bias is not None,
+        device=like.weight.device,
+        dtype=like.weight.dtype,
+    )
+
+
 def _rows(linear: nn.Linear, index: torch.Tensor) -> nn.Linear:
-    out = nn.Linear(linear.in_features, len(index), bias=linear.bias is not None)
+    out = _linear(linear, linear.in_features, len(index))
     with torch.no_grad():
         out.weight.copy_(linear.weight[index])
         if linear.bias is not None:
@@ -232,7 +244,7 @@ def _rows(linear: nn.Linear, index: torch.Tensor) -> nn.Linear:
 
 
 def _cols(linear: nn.Linear, index: torch.Tensor) -> nn.Linear:
-    out = nn.Linear(len(index), linear.out_features, bias=linear.bias is not None)
+    out = _linear(linear, len(index), linear.out_features)
     with torch.no_grad():
         out.weight.copy_(linear.weight[:, index])
         if linear.bias is not None:

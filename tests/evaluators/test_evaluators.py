@@ -84,6 +84,56 @@ def test_costs_are_counted_once_and_need_no_calibration(context, monkeypatch) ->
     assert counts == [1] and candidate._model is None
 
 
+def test_costs_come_from_shapes_when_the_context_has_the_space(digits, monkeypatch) -> None:
+    """With the space, a cost-only evaluation (the sampler's finalists) builds no model:
+    after the counter's probes, plans are counted from shapes, with the same values."""
+    from frontier.spaces import SpaceOptions, apply_plan, discover, model_cost
+
+    teacher = digits.baseline()
+    x = digits.example_inputs()
+    space = discover(teacher, x, SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(8, 32)))
+    context = EvalContext(task=digits, teacher=teacher, space=space)
+    for seed in (7, 8, 9):  # the third plan counted from structure makes the counter
+        build_evaluator("macs")(Candidate(space.sample(seed)), context)
+    assert context._counter is not None and context._counter.ok
+    import frontier.evaluators._base as base
+
+    monkeypatch.setattr(base, "apply_plan", lambda *a, **k: pytest.fail("built a model"))
+    for seed in range(2, 6):
+        plan = space.sample(seed)
+        candidate = Candidate(plan)
+        got = {n: build_evaluator(n)(candidate, context).value for n in ("size_bytes", "macs")}
+        built = model_cost(apply_plan(teacher, plan, x), plan, x)
+        assert got == {"size_bytes": built.size_bytes, "macs": built.macs}
+
+
+def test_structure_counts_equal_the_compressed_model_on_random_plans() -> None:
+    """The cost-only build (no quantizers, channels ranked by L1) counts the same size,
+    MACs and BOPs as the compressed model, for Taylor-ranked and quantized plans too."""
+    import dataclasses
+    import warnings
+
+    import torchvision
+
+    from frontier.evaluators._base import structure_plan
+    from frontier.spaces import SpaceOptions, apply_plan, discover, model_cost
+
+    model = torchvision.models.get_model("mobilenet_v2", weights=None, num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        space = discover(model, x, SpaceOptions(round_to=8, weight_bits=(4, 8, 32)))
+    for seed in range(4):
+        plan = space.sample(seed)
+        if seed % 2:
+            plan = dataclasses.replace(plan, importance="taylor")
+        assert plan.weight_bits and plan.prune
+        full = model_cost(apply_plan(model, plan, x, calibration_data=[x]), plan, x)
+        fast = model_cost(apply_plan(model, structure_plan(plan), x), plan, x)
+        for field in ("params", "size_bytes", "macs", "bops", "other_macs"):
+            assert getattr(fast, field) == getattr(full, field), (seed, field)
+
+
 def test_macs_and_bops(context) -> None:
     plan = CompressionPlan(weight_bits={"classifier": 8}, act_bits={"classifier": 8})
     macs = build_evaluator("macs")(Candidate(plan), context)
