@@ -96,8 +96,17 @@ def default_run() -> dict[str, Any]:
 
 
 def _search(config: Any, *, initial: list[dict[str, Any]] | None = None) -> Any:
+    """One search in a scratch folder. The front is not measured, profiled or learnt:
+    every method and seed must price plans with the same device table."""
     from frontier.search import Search
 
+    config = config.override(
+        {
+            "tracking.measure_front": False,
+            "tracking.profile_front": False,
+            "tracking.learn_front": False,
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
         cwd = os.getcwd()
         os.chdir(tmp)
