@@ -28,6 +28,8 @@ _COMPUTE = {"Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearCo
             "QLinearMatMul", "ConvTranspose"}  # fmt: skip
 _INT8 = ("QLinear", "Integer", "QGemm", "DynamicQuantize")
 GLUE = "(glue)"
+#: layers summing to more than this times the measured run: the profiler's cost shows
+OVERSUM = 1.1
 
 
 @dataclass
@@ -59,6 +61,19 @@ class ModelProfile:
 
     def by_name(self) -> dict[str, LayerTime]:
         return {layer.layer: layer for layer in self.layers}
+
+    def caution(self) -> str | None:
+        """A warning when the layers' times add up to more than the model measured
+        (by a tenth or more): the profiler's own cost, a few microseconds a node, then
+        weighs on short kernels (an INT8 model's), so read shares, not milliseconds."""
+        if not self.measured_ms or self.layers_ms <= OVERSUM * self.measured_ms:
+            return None
+        ratio = self.layers_ms / self.measured_ms
+        return (
+            f"the layers' profiled times sum to {ratio:.2f}x the model's measured "
+            f"{self.measured_ms:.4g} ms: ONNX Runtime's profiler costs a few microseconds "
+            "a node, which shows on short kernels; compare layers by share, not by ms"
+        )
 
     def summary(self) -> dict[str, Any]:
         """The whole run three ways: the layers' kernel times summed, the profiler's own

@@ -130,6 +130,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for name, s in summary.items():
         print(f"{name}: {s}" if not isinstance(s, dict) else f"{name}: " + ", ".join(
             f"{k} {v}" for k, v in s.items()))  # fmt: skip
+    for name, profiled in (("model", mine), ("baseline", theirs)):
+        caution = profiled.caution() if profiled is not None else None
+        if caution:
+            print(f"note ({name}): {caution}")
     return 0
 
 

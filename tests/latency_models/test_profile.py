@@ -88,3 +88,15 @@ def test_a_pruned_model_against_its_baseline(
     assert report["summary"]["speedup_measured"] > 0
     assert (out / "profile.csv").exists() and (out / "profile.png").stat().st_size > 0
     assert main(["profile", str(tmp_path / "missing.onnx")]) == 2
+
+
+def test_a_profile_that_overcounts_its_run_says_so() -> None:
+    """Layers summing to well over the measured run (the profiler's cost on short INT8
+    kernels) get a caution; a profile that adds up does not."""
+    from frontier.latency_models._profile import LayerTime, ModelProfile
+
+    layers = [LayerTime("conv1", 0.9), LayerTime("fc", 0.9)]
+    over = ModelProfile(layers, run_ms=2.2, measured_ms=0.77)
+    assert over.caution() is not None and "2.34x" in over.caution()
+    assert ModelProfile(layers, run_ms=2.0, measured_ms=1.75).caution() is None
+    assert ModelProfile(layers, run_ms=2.0).caution() is None  # nothing measured
