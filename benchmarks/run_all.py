@@ -100,6 +100,14 @@ def search_section(task: dict[str, Any]) -> list[str]:
     ]
 
 
+def search_methods_section(search: dict[str, Any]) -> list[str]:
+    """Every task of ``search.json`` (``bench_search.py``, seeds run apart and merged)."""
+    lines: list[str] = []
+    for task in search.get("tasks", []):
+        lines += search_section(task)
+    return lines
+
+
 # -- running ------------------------------------------------------------------------------
 def run_benchmark(name: str, quick: bool, logs: Path) -> dict[str, Any]:
     script, full, fast = BENCHMARKS[name]
@@ -851,6 +859,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("remote-devices.json", remote_devices_section),
         ("learn.json", learn_section),
         ("scenarios.json", scenario_runs_section),
+        ("search.json", search_methods_section),
     ):
         path = logs / filename
         if path.exists():
@@ -973,8 +982,6 @@ def write_report(
         state = f"error: {f['error'][:300]}" if "error" in f else f"arguments {f.get('args')}"
         lines.append(f"- {name}: {f.get('wall_s', 0):.0f} s, {state}")
     lines += ["", "Logs of each benchmark: `benchmarks/report-logs/`.", ""]
-    for task in figs.get("search", {}).get("tasks", []):
-        lines += search_section(task)
     lines += ["## Scenarios", ""]
     lines += real_scenarios_section(figs.get("scenarios", {}).get("rows", []))
     lines += devices_section(figs.get("devices", {}))
