@@ -200,9 +200,9 @@ class LatencyModel:
     _transfer: Transfer | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
     _specs: dict[str, OpSpec] = field(default_factory=dict, repr=False)
-    #: ``op_cost`` by (key, sparsity, native): a search prices the same few ops over
-    #: and over, and a model's table does not change under it
-    _costs: dict[tuple[str, float, bool], OpCost] = field(default_factory=dict, repr=False)
+    #: ``op_cost`` by (key, native) (a key names the sparsity too): a search prices the
+    #: same few ops over and over, and a model's table does not change under it
+    _costs: dict[tuple[str, bool], OpCost] = field(default_factory=dict, repr=False)
 
     # -- binding models ---------------------------------------------------------------
     def bind(self, model: Any, example_inputs: Any, space: SearchSpace) -> None:
@@ -285,7 +285,7 @@ class LatencyModel:
         its kind, or, for a kind the device cannot run (and an ``offload`` device is
         given), the offload device's cost plus the transfer of its tensors. ``native``
         prices it as if the device ran it (what whole-model calibration sees)."""
-        memo = (spec.key, spec.sparsity, native)
+        memo = (spec.key, native)
         found = self._costs.get(memo)
         if found is None:
             found = self._costs[memo] = self._op_cost(spec, native)

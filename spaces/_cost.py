@@ -114,29 +114,17 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
     for name, module in model.named_modules():
         if not name or channel_axis(module) is None:
             continue
-        wbits = plan.weight_bits.get(name, 32)
-        abits = plan.act_bits.get(name, 32)
         weight = _weight(module)
         bias = getattr(module, "bias", None)
-        w_numel = weight.numel()
-        b_numel = bias.numel() if isinstance(bias, torch.Tensor) else 0
-        size = math.ceil(w_numel * wbits / 8)
-        if wbits < 16:
-            size += QPARAM_BYTES * weight.shape[channel_axis(module) or 0]
-        size += b_numel * (2 if wbits == 16 else 4)
-        if abits < 16:
-            size += QPARAM_BYTES
-        layer_macs = macs.get(name, 0)
         layers.append(
-            LayerCost(
-                name=name,
-                kind=type(module).__name__,
-                params=w_numel + b_numel,
-                weight_bits=wbits,
-                act_bits=abits,
-                size_bytes=size,
-                macs=layer_macs,
-                bops=layer_macs * wbits * abits,
+            layer_cost(
+                name,
+                type(module).__name__,
+                plan,
+                weight_numel=weight.numel(),
+                bias_numel=bias.numel() if isinstance(bias, torch.Tensor) else 0,
+                channels=weight.shape[channel_axis(module) or 0],
+                macs=macs.get(name, 0),
                 nonzero_weights=int(torch.count_nonzero(weight.detach())),
             )
         )
@@ -144,15 +132,59 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
             seen.add(id(p))
     all_params = {id(p): p for p in model.parameters()}
     other = [p for key, p in all_params.items() if key not in seen]
-    other_params = sum(p.numel() for p in other)
-    other_bytes = sum(p.numel() * p.element_size() for p in other)
-    layer_macs_total = sum(layer.macs for layer in layers)
-    total_macs = macs.get("", layer_macs_total)
-    other_macs = max(0, total_macs - layer_macs_total)
-    return Cost(
+    return total_cost(
+        layers,
         params=sum(p.numel() for p in all_params.values()),
+        other_params=sum(p.numel() for p in other),
+        other_bytes=sum(p.numel() * p.element_size() for p in other),
+        macs=macs.get("", sum(layer.macs for layer in layers)),
+    )
+
+
+def layer_cost(
+    name: str,
+    kind: str,
+    plan: CompressionPlan,
+    *,
+    weight_numel: int,
+    bias_numel: int,
+    channels: int,
+    macs: int,
+    nonzero_weights: int,
+) -> LayerCost:
+    """One quantizable layer priced at ``plan``'s bit widths (``model_cost``'s rules;
+    ``channels``: its weight's output channels, one scale and zero point each)."""
+    wbits = plan.weight_bits.get(name, 32)
+    abits = plan.act_bits.get(name, 32)
+    size = math.ceil(weight_numel * wbits / 8)
+    if wbits < 16:
+        size += QPARAM_BYTES * channels
+    size += bias_numel * (2 if wbits == 16 else 4)
+    if abits < 16:
+        size += QPARAM_BYTES
+    return LayerCost(
+        name=name,
+        kind=kind,
+        params=weight_numel + bias_numel,
+        weight_bits=wbits,
+        act_bits=abits,
+        size_bytes=size,
+        macs=macs,
+        bops=macs * wbits * abits,
+        nonzero_weights=nonzero_weights,
+    )
+
+
+def total_cost(
+    layers: list[LayerCost], *, params: int, other_params: int, other_bytes: int, macs: int
+) -> Cost:
+    """A whole model's cost from its quantizable layers and the rest: ``macs`` of the
+    whole model, those outside the layers priced at 32x32 bits."""
+    other_macs = max(0, macs - sum(layer.macs for layer in layers))
+    return Cost(
+        params=params,
         size_bytes=sum(layer.size_bytes for layer in layers) + other_bytes,
-        macs=total_macs,
+        macs=macs,
         bops=sum(layer.bops for layer in layers) + other_macs * 32 * 32,
         layers=tuple(layers),
         other_params=other_params,

@@ -21,7 +21,7 @@ import numpy as np
 from torch import nn
 
 from ._apply import apply_plan
-from ._cost import QPARAM_BYTES, Cost, LayerCost, count_macs, model_cost
+from ._cost import Cost, count_macs, layer_cost, model_cost, total_cost
 from ._dims import LayerGroup
 from ._plan import CompressionPlan
 from ._quant import channel_axis
@@ -58,32 +58,28 @@ class ShapeCounter:
         self._params = [(n, tuple(p.shape), p.element_size()) for n, p in model.named_parameters()]
         self._index = {n: i for i, (n, _, _) in enumerate(self._params)}
         macs = count_macs(model, example_inputs)
+        layers = [(n, m) for n, m in model.named_modules() if n and channel_axis(m) is not None]
         self._layers = [
             (name, type(m).__name__, channel_axis(m) or 0, getattr(m, "bias", None) is not None)
-            for name, m in model.named_modules()
-            if name and channel_axis(m) is not None
+            for name, m in layers
         ]
-        self._layer_macs = [macs.get(n, 0) for n, *_ in self._layers]
+        self._layer_macs = [macs.get(n, 0) for n, _ in layers]
         self._other_macs = max(0, macs.get("", 0) - sum(self._layer_macs))
-        self._layer_params = {
-            name: {id(p) for p in m.parameters()}
-            for name, m in model.named_modules()
-            if name and channel_axis(m) is not None
-        }
-        ids = {id(p): n for n, p in model.named_parameters()}
-        in_layers = {ids[i] for s in self._layer_params.values() for i in s if i in ids}
-        self._other = [i for i, (n, _, _) in enumerate(self._params) if n not in in_layers]
+        in_layers = {id(p) for _, m in layers for p in m.parameters()}
+        self._other = [
+            i for i, (_, p) in enumerate(model.named_parameters()) if id(p) not in in_layers
+        ]
         # a scalar parameter gets one dimension of 1, so every parameter has a slice
         self._dims0 = np.array([d for _, s, _ in self._params for d in s or (1,)], dtype=float)
         self._starts = np.cumsum([0] + [len(s) or 1 for _, s, _ in self._params])
         self._rates = np.zeros((len(self._dims0), len(self.groups)))
-        for j, g in enumerate(self.groups.values()):
-            self._probe(model, example_inputs, j, g, probe_ratio)
         self.ok = all(
             f"{n}.weight" in self._index and (not b or f"{n}.bias" in self._index)
             for n, _, _, b in self._layers
         )
         self.mismatch = "" if self.ok else "a layer's weight is shared with another"
+        for j, g in enumerate(self.groups.values() if self.ok else ()):
+            self._probe(model, example_inputs, j, g, probe_ratio)
         for plan in checks if self.ok else ():
             if not self.handles(plan):
                 continue
@@ -138,42 +134,23 @@ class ShapeCounter:
         layers = []
         for k, (name, kind, axis, has_bias) in enumerate(self._layers):
             w = self._index[f"{name}.weight"]
-            w_numel = numel[w]
             w0 = math.prod(self._params[w][1])
-            b_numel = numel[self._index[f"{name}.bias"]] if has_bias else 0
-            wbits = plan.weight_bits.get(name, 32)
-            abits = plan.act_bits.get(name, 32)
-            size = math.ceil(w_numel * wbits / 8)
-            if wbits < 16:
-                size += QPARAM_BYTES * int(dims[self._starts[w] + axis])
-            size += b_numel * (2 if wbits == 16 else 4)
-            if abits < 16:
-                size += QPARAM_BYTES
-            macs = round(self._layer_macs[k] * w_numel / w0) if w0 else 0
             layers.append(
-                LayerCost(
-                    name=name,
-                    kind=kind,
-                    params=w_numel + b_numel,
-                    weight_bits=wbits,
-                    act_bits=abits,
-                    size_bytes=size,
-                    macs=macs,
-                    bops=macs * wbits * abits,
-                    nonzero_weights=w_numel,
+                layer_cost(
+                    name,
+                    kind,
+                    plan,
+                    weight_numel=numel[w],
+                    bias_numel=numel[self._index[f"{name}.bias"]] if has_bias else 0,
+                    channels=int(dims[self._starts[w] + axis]),
+                    macs=round(self._layer_macs[k] * numel[w] / w0) if w0 else 0,
+                    nonzero_weights=numel[w],
                 )
             )
-        other_params = sum(numel[i] for i in self._other)
-        other_bytes = sum(numel[i] * self._params[i][2] for i in self._other)
-        layer_macs = sum(layer.macs for layer in layers)
-        return Cost(
+        return total_cost(
+            layers,
             params=sum(numel),
-            size_bytes=sum(layer.size_bytes for layer in layers) + other_bytes,
-            macs=layer_macs + self._other_macs,
-            bops=sum(layer.bops for layer in layers) + self._other_macs * 32 * 32,
-            layers=tuple(layers),
-            other_params=other_params,
-            other_bytes=other_bytes,
-            other_macs=self._other_macs,
-            nonzero_weights=sum(layer.nonzero_weights for layer in layers),
+            other_params=sum(numel[i] for i in self._other),
+            other_bytes=sum(numel[i] * self._params[i][2] for i in self._other),
+            macs=sum(layer.macs for layer in layers) + self._other_macs,
         )
