@@ -97,7 +97,8 @@ def default_run() -> dict[str, Any]:
 
 def _search(config: Any, *, initial: list[dict[str, Any]] | None = None) -> Any:
     """One search in a scratch folder. The front is not measured, profiled or learnt:
-    every method and seed must price plans with the same device table."""
+    every method and seed must price plans with the same device table; nor exported or
+    scored on the test split, which no hypervolume reads."""
     from frontier.search import Search
 
     config = config.override(
@@ -105,6 +106,8 @@ def _search(config: Any, *, initial: list[dict[str, Any]] | None = None) -> Any:
             "tracking.measure_front": False,
             "tracking.profile_front": False,
             "tracking.learn_front": False,
+            "tracking.test_front": False,
+            "tracking.export_front": False,
         }
     )
     with tempfile.TemporaryDirectory() as tmp:

@@ -264,6 +264,9 @@ class TrackingSection(_Section):
     uri: str = "sqlite:///mlflow.db"
     experiment: str | None = None
     export_front: bool = True
+    #: at the end, score each front member on the test split (``accuracy_test``,
+    #: reported only, never read by what chooses models)
+    test_front: bool = True
     #: at the end, time each front member on the devices measured here (local-cpu)
     measure_front: bool = True
     #: and profile each member layer by layer beside the baseline (``frontier profile``),

@@ -37,6 +37,7 @@ def default_callbacks(config: Config, progress: bool | str = True) -> list[Callb
         experiment=name,
         export_front=export,
         measure_front=measure,
+        test_front=t.test_front,
         profile_front=t.profile_front,
         learn_front=t.learn_front,
         write_lanes=t.write_lanes,

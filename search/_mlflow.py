@@ -97,6 +97,7 @@ class MlflowCallback(Callback):
         uri: the tracking URI (``sqlite:///mlflow.db`` or ``http://host:port``).
         experiment: the MLflow experiment name.
         export_front: write each front member's ONNX model and plan as artifacts.
+        test_front: at the end, score each exported front member on the test split.
         plot_interval_s: front CSV, plots and exports are refreshed at most this often
             (and at the end): they cost CPU.
         write_lanes: MLflow writes at once (a trial's writes stay in order); None: 4
@@ -113,6 +114,7 @@ class MlflowCallback(Callback):
         experiment: str,
         export_front: bool = True,
         measure_front: bool = True,
+        test_front: bool = True,
         plot_interval_s: float = 20.0,
         write_lanes: int | None = None,
         profile_front: bool = False,
@@ -123,6 +125,7 @@ class MlflowCallback(Callback):
         self.experiment = experiment
         self.export_front = export_front
         self.measure_front = measure_front
+        self.test_front = test_front
         self.profile_front = profile_front
         self.plot_interval_s = plot_interval_s
         self.parent = ""
@@ -283,7 +286,7 @@ class MlflowCallback(Callback):
         if not members:
             return
         ev = search.evaluation
-        if ev.reports_test():
+        if self.test_front and ev.reports_test():
             logger.info(
                 "test split of %d front members (reported only: models are chosen on "
                 "validation)", len(members),

@@ -78,3 +78,16 @@ def test_changing_the_test_labels_changes_no_choice(write_config, workdir, capsy
     assert picked["accuracy_test"] == pytest.approx(tested_right[picked["trial"]])
     assert main(["pareto", "--experiment", "digits", "--where", "accuracy_test >= 0.9"]) == 2
     assert "never chooses a model" in capsys.readouterr().err
+
+
+def test_test_front_false_scores_no_member_on_the_test_split(write_config, workdir) -> None:
+    path = write_config(
+        filename="untested.yaml",
+        name="untested",
+        task={"name": "digits", "options": {"model": "mlp"}},
+        objectives=[{"name": "accuracy", "options": {"steps": 5}}, "size_bytes"],
+        search={"trials": 4, "population": 4, "fidelity": {"rungs": ["short"]}},
+        tracking={"test_front": False},
+    )
+    result = run(path, progress=False)
+    assert len(result.pareto) >= 1 and _logged_test(result) == {}
