@@ -1,8 +1,9 @@
 """Predicting a compressed model's latency (and energy) on a device from its table.
 
-Over 500 lines, left whole on purpose for now: ``latency_models/`` is being reworked so
-the latency a front shows is the latency a model runs at, and splitting its modules
-before that lands would only move the same code twice.
+A pipeline: the op pricer here (table rows, fallback fits for missing ops, offloading),
+then the calibration ``_choose`` picked by cross-validation (``calibrated``: a fitted
+calibration, a blend, or either wrapped in a per-op correction); a few-shot table
+predicts through its sibling, the ``_transfer`` from its base device.
 """
 
 from __future__ import annotations
@@ -17,52 +18,17 @@ import numpy as np
 from frontier.spaces import CompressionPlan, SearchSpace
 
 from ._arch import arch_key, space_templates
-from ._calibration import CALIBRATIONS, Sample, nnls
+from ._calibration import Sample, SumCalibration, nnls
+from ._choose import FittedCalibration, Predictor, choose
 from ._context import ContextModel
-from ._correction import ALPHAS as CORRECTION_ALPHAS
-from ._correction import Correction, fit_correction
+from ._correction import Correction
+from ._estimate import LatencyEstimate, OpCost
 from ._ops import OpSpec, plan_ops
 from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row
 from ._transfer import Transfer, fit_transfer
 from ._transfer import summary as transfer_summary
 
 DEFAULT_TRANSFER_GBPS = 1.0
-#: Fewest calibration models a per-op correction is tried with.
-MIN_CORRECTION_MODELS = 20
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One op of a prediction."""
-
-    key: str
-    kind: str
-    latency_ms: float
-    # "table", "fallback" (predicted from same-type rows), "offload" (unsupported type);
-    # "-dense" appended when a sparse op was priced as its dense twin (no sparse row)
-    source: str
-    transfer_ms: float = 0.0
-    energy_mj: float | None = None
-
-
-@dataclass(frozen=True)
-class LatencyEstimate:
-    """A predicted latency with its breakdown.
-
-    Attributes:
-        latency_ms: the prediction (calibrated sum plus overhead).
-        sum_ms: the uncalibrated sum of per-op latencies plus one overhead.
-        ops: the per-op breakdown.
-        coverage: how many ops came from the table, the fallback and offloading, and how
-            many sparse ops were priced as dense for want of a sparse-kernel row.
-        energy_mj: energy per inference, when the table can price it.
-    """
-
-    latency_ms: float
-    sum_ms: float
-    ops: tuple[OpCost, ...]
-    coverage: dict[str, int]
-    energy_mj: float | None
 
 
 @dataclass
@@ -195,7 +161,9 @@ class LatencyModel:
     weights: dict[str, float] = field(default_factory=dict)
     #: the per-op correction of the calibration, where cross-validation keeps one
     correction: Correction | None = None
-    _fitted: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: what turns op prices into whole-model latency (``_choose``): the plain sum until
+    #: ``choose_calibration`` runs
+    calibrated: Predictor = field(default=FittedCalibration(SumCalibration(), "sum"), repr=False)
     _offload_model: LatencyModel | None = field(default=None, repr=False)
     _transfer: Transfer | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
@@ -346,109 +314,27 @@ class LatencyModel:
         """``spec``'s table price as if this device ran it (``Pricer``)."""
         return self.op_cost(spec, native=True).latency_ms
 
-    def _fit(self, method: str, samples: list[Sample]) -> Any:
-        return CALIBRATIONS[method].fit(self, samples)
-
-    def _predict_with(self, method: str, fitted: Any, specs: list[OpSpec]) -> float:
-        return CALIBRATIONS[method].predict(self, fitted, specs)
-
     def choose_calibration(self) -> None:
-        """Pick how the per-op sum becomes a whole-model prediction: the plain sum, the
-        per-group scaled sum, in-context op times, or a blend of the two best of them
-        (even, or 3:1 for the better one), by 5-fold cross-validated MAPE on the
-        calibration models; then whether a per-op correction of it (``_correction``)
-        predicts held-out models better still; refit the winner on all of them.
+        """Pick how the per-op sum becomes a whole-model prediction (``_choose.choose``:
+        the plain sum, the per-group scaled sum, in-context op times or a blend of the
+        two best of them, by 5-fold cross-validated MAPE on the calibration models, then
+        whether a per-op correction predicts held-out models better still) and refit
+        the winner on all of them.
 
         Blends earn their place on tiny models (tens of microseconds), where the
         profiler's per-node cost is the size of a kernel and neither the profiled nor the
         scaled-sum calibration is clearly better; cross-validation keeps a single
         method wherever it predicts better alone."""
-        from sklearn.model_selection import KFold
-
-        samples = self.calibration_samples()
-        self.method_cv, self.correction = {}, None
-        oof: dict[str, np.ndarray] = {}
-        fold_fits: dict[str, list[Any]] = {}
-        measured = np.array([s.measured_ms for s in samples])
-        folds = []
-        if len(samples) >= MIN_CALIBRATION_MODELS:
-            folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
-            for method in CALIBRATIONS:
-                fits = [self._fit(method, [samples[i] for i in train]) for train, _ in folds]
-                if any(f is None for f in fits):
-                    continue
-                pred = np.empty(len(samples))
-                for (_, test), fitted in zip(folds, fits, strict=True):
-                    for i in test:
-                        pred[i] = self._predict_with(method, fitted, samples[i].specs)
-                oof[method], fold_fits[method] = pred, fits
-                self.method_cv[method] = float(np.mean(np.abs(pred / measured - 1)))
-        self.method, weights = "sum", {"sum": 1.0}
-        if oof:
-            ranked = sorted(oof, key=self.method_cv.__getitem__)
-            self.method, weights = ranked[0], {ranked[0]: 1.0}
-            if len(ranked) >= 2:
-                # convex blends of the two best, judged on the same out-of-fold predictions
-                a, b = ranked[:2]
-                for w, name in ((0.5, f"{a}+{b}"), (0.75, f"{a}+{b} (3:1)")):
-                    pred = w * oof[a] + (1 - w) * oof[b]
-                    self.method_cv[name] = float(np.mean(np.abs(pred / measured - 1)))
-                    if self.method_cv[name] < self.method_cv[self.method]:
-                        self.method, weights = name, {a: w, b: 1 - w}
-        self.weights = weights
-        self._fitted = {m: self._fit(m, samples) for m in weights}
-        self.coef = self._fitted.get("groups")
-        self.context = self._fitted.get("context")
-        if self.correct and len(samples) >= MIN_CORRECTION_MODELS and oof:
-            self._choose_correction(samples, folds, fold_fits, measured)
-
-    def _choose_correction(
-        self,
-        samples: list[Sample],
-        folds: list[Any],
-        fold_fits: dict[str, list[Any]],
-        measured: np.ndarray,
-    ) -> None:
-        """Fit a per-op correction of the chosen calibration where, with the ridge
-        strength cross-validation picks, it predicts held-out models better. Each fold
-        corrects the calibration fitted on its training models, as the final fit
-        corrects the one fitted on all of them."""
-
-        def blend(fits: dict[str, Any], specs: list[OpSpec]) -> float:
-            return sum(w * self._predict_with(m, fits[m], specs) for m, w in self.weights.items())
-
-        specs = [s.specs for s in samples]
-        base = [
-            np.array([blend({m: fold_fits[m][k] for m in self.weights}, s) for s in specs])
-            for k in range(len(folds))
-        ]
-        uncorrected = np.empty(len(samples))
-        for (_, test), calibrated in zip(folds, base, strict=True):
-            uncorrected[test] = calibrated[test]
-        before = np.abs(uncorrected / measured - 1)
-        best: tuple[float, float, np.ndarray] | None = None
-        for alpha in CORRECTION_ALPHAS:
-            pred = np.empty(len(samples))
-            for (train, test), calibrated in zip(folds, base, strict=True):
-                fit = fit_correction(
-                    [specs[i] for i in train], calibrated[train], measured[train], alpha
-                )
-                for i in test:
-                    pred[i] = calibrated[i] + fit.delta_ms(specs[i])
-            after = np.abs(pred / measured - 1)
-            if best is None or after.mean() < best[0]:
-                best = (float(after.mean()), alpha, after)
-        if best is None:
-            return
-        # kept only where it helps by more than one standard error of the paired gain:
-        # with hundreds of op keys and tens of models, a small CV gain is often luck
-        gain = before - best[2]
-        if gain.mean() <= gain.std(ddof=1) / np.sqrt(len(gain)):
-            return
-        calibrated = np.array([blend(self._fitted, s) for s in specs])
-        self.correction = fit_correction(specs, calibrated, measured, best[1])
-        self.method = f"{self.method}, per-op corrected"
-        self.method_cv[self.method] = best[0]
+        choice = choose(
+            self,
+            self.calibration_samples(),
+            min_models=MIN_CALIBRATION_MODELS,
+            correct=self.correct,
+        )
+        self.method, self.method_cv, self.weights = choice.name, choice.cv_mape, choice.weights
+        self.calibrated, self.correction = choice.predictor, choice.correction
+        self.coef = choice.fitted.get("groups")
+        self.context = choice.fitted.get("context")
 
     def quality(self) -> dict[str, Any]:
         """How this table predicts, for ``lut show``, ``lut import`` and MLflow: the
@@ -509,15 +395,9 @@ class LatencyModel:
             return None
         return error_summary([p for p, _ in pairs], [m for _, m in pairs])
 
-    def _calibrated(self, specs: list[OpSpec]) -> float:
-        latency = sum(
-            w * self._predict_with(m, self._fitted[m], specs) for m, w in self.weights.items()
-        )
-        return latency + self.correction.delta_ms(specs) if self.correction else latency
-
     def transfer(self) -> Transfer:
         """A few-shot table's transfer from its base device (``_transfer``), fitted the
-        first time it is asked."""
+        first time it is asked: the sibling predictor such a table predicts with."""
         if self.table.base is None:
             raise ValueError(f"table {self.table.name!r} is not a few-shot table")
         if self._transfer is None:
@@ -532,30 +412,11 @@ class LatencyModel:
             self._transfer = fit_transfer(base, ops, self.table.overhead_ms, whole)
         return self._transfer
 
-    def _predict_transferred(self, specs: list[OpSpec]) -> LatencyEstimate:
-        transfer = self.transfer()
-        native = [s.dense if s.sparsity else s for s in specs]
-        costs = []
-        for spec in native:
-            ms, source = transfer.op_ms(spec)
-            costs.append(OpCost(spec.key, spec.kind, ms, source))
-        latency = transfer.predict_ms(native)
-        coverage = {"table": 0, "fallback": 0, "offload": 0, "sparse_as_dense": 0, "transfer": 0}
-        for c in costs:
-            coverage[c.source] += 1
-        coverage["sparse_as_dense"] = sum(s.sparsity > 0 for s in specs)
-        return LatencyEstimate(
-            latency_ms=latency,
-            sum_ms=sum(c.latency_ms for c in costs) + self.table.overhead_ms,
-            ops=tuple(costs),
-            coverage=coverage,
-            energy_mj=self._energy([], latency),
-        )
-
     def predict_ops(self, specs: list[OpSpec]) -> LatencyEstimate:
         """Predict the latency of a model that runs ``specs``."""
         if self.table.base is not None:
-            return self._predict_transferred(specs)
+            estimate = self.transfer().predict_ops(specs)
+            return dataclasses.replace(estimate, energy_mj=self._energy([], estimate.latency_ms))
         if self.calibrate and self.method is None:
             self.choose_calibration()
         costs = [self.op_cost(s) for s in specs]
@@ -566,7 +427,7 @@ class LatencyModel:
             # op adds what it costs elsewhere (plus transfers) over its price here, a
             # sparse op what its sparse-kernel row costs over its dense twin.
             native = [s.dense if s.sparsity else s for s in specs]
-            latency = self._calibrated(native)
+            latency = self.calibrated.predict(self, native)
             latency += sum(
                 c.latency_ms - self.op_cost(n, native=True).latency_ms
                 for s, n, c in zip(specs, native, costs, strict=True)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._estimate import LatencyEstimate, OpCost
 from ._ops import OpSpec
 from ._table import MIN_FEW_SHOT_WHOLE_MODELS as MIN_WHOLE_MODELS
 from ._table import MIN_SHARED_OPS
@@ -109,6 +110,27 @@ class Transfer:
 
     def predict_ms(self, specs: Sequence[OpSpec]) -> float:
         return self.scale * self.unscaled(specs, self.method)
+
+    def predict_ops(self, specs: Sequence[OpSpec]) -> LatencyEstimate:
+        """Predict the latency of a model that runs ``specs`` on the new device, as
+        ``LatencyModel.predict_ops`` does on a device with a full table (no energy: the
+        new device's table prices that). Sparse ops are priced as their dense twins."""
+        native = [s.dense if s.sparsity else s for s in specs]
+        costs = []
+        for spec in native:
+            ms, source = self.op_ms(spec)
+            costs.append(OpCost(spec.key, spec.kind, ms, source))
+        coverage = {"table": 0, "fallback": 0, "offload": 0, "sparse_as_dense": 0, "transfer": 0}
+        for c in costs:
+            coverage[c.source] += 1
+        coverage["sparse_as_dense"] = sum(s.sparsity > 0 for s in specs)
+        return LatencyEstimate(
+            latency_ms=self.predict_ms(native),
+            sum_ms=sum(c.latency_ms for c in costs) + self.overhead_ms,
+            ops=tuple(costs),
+            coverage=coverage,
+            energy_mj=None,
+        )
 
 
 def fit_transfer(
