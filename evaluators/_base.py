@@ -61,6 +61,9 @@ class Candidate:
     _model: nn.Module | None = field(default=None, repr=False)
     scored: nn.Module | None = field(default=None, repr=False)
     _cost: Cost | None = field(default=None, repr=False)
+    _cost_has_macs: bool = field(default=False, repr=False)
+    #: the structure-only build the cost was counted on, kept while MACs may be asked
+    _structure: nn.Module | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -126,22 +129,28 @@ class EvalContext:
             )
         return candidate._model
 
-    def cost(self, candidate: Candidate) -> Cost:
+    def cost(self, candidate: Candidate, *, macs: bool = True) -> Cost:
         """The candidate's parameters, bytes and MACs (``model_cost``), counted once: on
         its compressed model where one was built, else on the plan's structure alone
         (``structure_plan``): counts depend on shapes and the plan's bit widths, not on
         activation ranges, fake quantization or which channels were kept, so a cost-only
-        evaluation (the sampler's) skips the calibration passes and the quantizers."""
-        if candidate._cost is None:
-            model = candidate._model
+        evaluation (the sampler's) skips the calibration passes and the quantizers.
+        ``macs=False``: MACs and BOPs may be left at 0 (no forward pass to count them),
+        for what reads the size alone."""
+        if candidate._cost is None or (macs and not candidate._cost_has_macs):
+            model = candidate._model if candidate._model is not None else candidate._structure
             if model is None:
                 candidate._cost = self._shape_count(candidate.plan)
                 if candidate._cost is not None:
+                    candidate._cost_has_macs = True
                     return candidate._cost
                 model = apply_plan(
                     self.teacher, structure_plan(candidate.plan), self.example_inputs
                 )
-            candidate._cost = model_cost(model, candidate.plan, self.example_inputs)
+            candidate._cost = model_cost(model, candidate.plan, self.example_inputs, macs=macs)
+            candidate._cost_has_macs = macs
+            keep = not macs and candidate._model is None
+            candidate._structure = model if keep else None
         return candidate._cost
 
     def _shape_count(self, plan: CompressionPlan) -> Cost | None:

@@ -28,7 +28,7 @@ class SizeEvaluator(Evaluator):
         self.format = format
 
     def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        cost = context.cost(candidate)
+        cost = context.cost(candidate, macs=False)  # no forward pass to count MACs
         details: dict[str, float | str] = {"accounted_bytes": cost.size_bytes}
         value = float(cost.size_bytes)
         if self.format == "onnx":

@@ -94,7 +94,9 @@ def _weight(module: nn.Module) -> torch.Tensor:
     return module.weight  # type: ignore[return-value]
 
 
-def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> Cost:
+def model_cost(
+    model: nn.Module, plan: CompressionPlan, example_inputs: Any, *, macs: bool = True
+) -> Cost:
     """Cost of ``model`` (the model ``plan`` was applied to) at the plan's bit widths.
 
     Size counts each quantized weight at its bit width plus an FP32 scale and an 8-bit
@@ -107,8 +109,10 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
         model: the (compressed) model.
         plan: the plan whose bit widths price the layers.
         example_inputs: the input batch MACs are counted for (use batch size 1).
+        macs: count MACs (one forward pass); False leaves MACs and BOPs at 0, for what
+            needs the size alone.
     """
-    macs = count_macs(model, example_inputs)
+    counted = count_macs(model, example_inputs) if macs else {}
     layers: list[LayerCost] = []
     seen: set[int] = set()
     for name, module in model.named_modules():
@@ -124,7 +128,7 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
                 weight_numel=weight.numel(),
                 bias_numel=bias.numel() if isinstance(bias, torch.Tensor) else 0,
                 channels=weight.shape[channel_axis(module) or 0],
-                macs=macs.get(name, 0),
+                macs=counted.get(name, 0),
                 nonzero_weights=int(torch.count_nonzero(weight.detach())),
             )
         )
@@ -137,7 +141,7 @@ def model_cost(model: nn.Module, plan: CompressionPlan, example_inputs: Any) -> 
         params=sum(p.numel() for p in all_params.values()),
         other_params=sum(p.numel() for p in other),
         other_bytes=sum(p.numel() * p.element_size() for p in other),
-        macs=macs.get("", sum(layer.macs for layer in layers)),
+        macs=counted.get("", sum(layer.macs for layer in layers)),
     )
 
 

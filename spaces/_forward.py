@@ -65,7 +65,7 @@ def check_forward(model: nn.Module, example_inputs: Any) -> torch.Tensor:
         with torch.no_grad(), eval_mode(model):
             out = run_model(model, example_inputs)
     except Exception as err:
-        shapes = _shapes(example_inputs)
+        shapes = input_shapes(example_inputs)
         raise SpaceError(
             f"{type(model).__name__} forward failed on the example inputs {shapes}: "
             f"{type(err).__name__}: {err}"
@@ -76,9 +76,10 @@ def check_forward(model: nn.Module, example_inputs: Any) -> torch.Tensor:
     return first
 
 
-def _shapes(example_inputs: Any) -> str:
+def input_shapes(example_inputs: Any) -> str:
+    """The shapes of a batch of inputs, for messages (a dict or other object: its type)."""
     if isinstance(example_inputs, torch.Tensor):
         return str(tuple(example_inputs.shape))
     if isinstance(example_inputs, tuple | list):
-        return str([_shapes(x) for x in example_inputs])
+        return str([input_shapes(x) for x in example_inputs])
     return type(example_inputs).__name__

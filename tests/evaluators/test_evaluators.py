@@ -58,30 +58,39 @@ def test_size_of_a_hand_computed_plan(context) -> None:
 
 
 def test_costs_are_counted_once_and_need_no_calibration(context, monkeypatch) -> None:
-    """Size, MACs and BOPs of a candidate come from one count; where no evaluator built
+    """Size, MACs and BOPs of a candidate come from one build; where no evaluator built
     the calibrated model (the sampler's cost-only screening), they are counted on the
-    plan's structure without the calibration passes, and equal the calibrated model's."""
-    from frontier.spaces import model_cost
+    plan's structure without the calibration passes, and equal the calibrated model's.
+    The size alone runs no forward pass: MACs are counted when first asked for."""
+    from frontier.spaces import apply_plan, model_cost
 
     plan = CompressionPlan(
         prune={"features.1": 0.5}, weight_bits={"features.3": 8}, act_bits={"features.3": 8}
     )
     calibrated = model_cost(context.compressed(Candidate(plan)), plan, context.example_inputs)
-    counts: list[int] = []
+    builds: list[int] = []
+    counts: list[bool] = []
     monkeypatch.setattr(context, "calibration", lambda: pytest.fail("calibrated for a count"))
     import frontier.evaluators._base as base
 
-    monkeypatch.setattr(base, "model_cost", lambda *a: counts.append(1) or model_cost(*a))
+    monkeypatch.setattr(base, "apply_plan", lambda *a: builds.append(1) or apply_plan(*a))
+    monkeypatch.setattr(
+        base,
+        "model_cost",
+        lambda *a, macs=True: counts.append(macs) or model_cost(*a, macs=macs),
+    )
     candidate = Candidate(plan)
     values = {
-        n: build_evaluator(n)(candidate, context).value for n in ("size_bytes", "macs", "bops")
+        n: build_evaluator(n)(candidate, context).value
+        for n in ("size_bytes", "macs", "bops", "size_bytes")
     }
     assert values == {
         "size_bytes": calibrated.size_bytes,
         "macs": calibrated.macs,
         "bops": calibrated.bops,
     }
-    assert counts == [1] and candidate._model is None
+    assert builds == [1] and counts == [False, True] and candidate._model is None
+    assert candidate._structure is None  # let go once every count is in
 
 
 def test_costs_come_from_shapes_when_the_context_has_the_space(digits, monkeypatch) -> None:

@@ -12,6 +12,7 @@ import torchvision
 
 from frontier.spaces import (
     CompressionPlan,
+    SpaceError,
     SpaceOptions,
     apply_plan,
     discover,
@@ -61,6 +62,29 @@ def test_apply_prunes_physically_and_leaves_input(small_cnn) -> None:
         model_cost(small, plan, x[:1]).params
         < model_cost(small_cnn, CompressionPlan(), x[:1]).params
     )
+
+
+def test_a_model_is_checked_once_per_input_shape(mlp, monkeypatch) -> None:
+    """apply_plan runs the model it compresses once to check it, not once per plan (a
+    search applies thousands of plans to one teacher); new input shapes check again."""
+    import frontier.spaces._apply as apply_module
+
+    checked: list[tuple[int, ...]] = []
+    check = apply_module.check_forward
+
+    def counted(model, x):
+        checked.append(tuple(x.shape))
+        return check(model, x)
+
+    monkeypatch.setattr(apply_module, "check_forward", counted)
+    plan = CompressionPlan(prune={"1": 0.5})
+    for _ in range(3):
+        assert apply_plan(mlp, plan, torch.randn(1, 64))[1].out_features == 24
+    assert checked == [(1, 64)]
+    apply_plan(mlp, plan, torch.randn(2, 64))
+    assert checked == [(1, 64), (2, 64)]
+    with pytest.raises(SpaceError, match="forward failed"):
+        apply_plan(mlp, plan, torch.randn(1, 65))
 
 
 @pytest.mark.parametrize("importance", ["l1", "taylor", "bn_scale"], ids=str)
