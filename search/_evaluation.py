@@ -20,6 +20,7 @@ from ._config import Config, config_from_json
 from ._pareto import Objective
 
 ACCURACY = "accuracy"
+SIZE = "size_bytes"
 
 
 @dataclass
@@ -208,8 +209,10 @@ class Evaluation:
         details: dict[str, Any] = {}
         names = list(metrics or self.metrics)
         with _quiet():
-            # accuracy first: the model it builds is the one the costs are counted on
-            for name in sorted(names, key=lambda n: n != ACCURACY):
+            # accuracy first: the model it builds is the one the costs are counted on;
+            # the size last, so that it reads the count MACs or BOPs made (alone, it
+            # counts without the MACs pass; first, MACs would be counted again)
+            for name in sorted(names, key=lambda n: (n != ACCURACY, n == SIZE)):
                 m = self.evaluator(name, rung)(candidate, self.context)
                 if not math.isfinite(m.value):
                     raise EvaluationError(f"objective {name!r} is {m.value} (not finite)")

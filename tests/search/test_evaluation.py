@@ -1,0 +1,24 @@
+"""Scoring one plan: the order its metrics are measured in."""
+
+from __future__ import annotations
+
+
+def test_a_trial_counts_its_costs_once(write_config, monkeypatch) -> None:
+    """Size first and MACs after it in the config: the model the accuracy was measured
+    on is counted once, MACs included, and the size read from that count."""
+    import frontier.evaluators._base as base
+    from frontier.search import Evaluation, load_config
+
+    path = write_config(
+        objectives=[{"name": "accuracy", "options": {"steps": 2}}, "size_bytes", "macs"],
+        search={"fidelity": {"rungs": ["short"]}},
+    )
+    evaluation = Evaluation(load_config(path))
+    counts: list[bool] = []
+    count = base.model_cost
+    monkeypatch.setattr(
+        base, "model_cost", lambda *a, macs=True: counts.append(macs) or count(*a, macs=macs)
+    )
+    result = evaluation.evaluate(evaluation.space.sample(3), 0)
+    assert counts == [True] and result.values["macs"] > 0 and result.values["size_bytes"] > 0
+    assert list(result.values) == ["accuracy", "size_bytes", "macs"]
