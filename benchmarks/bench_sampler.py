@@ -17,13 +17,14 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 
 def main() -> None:
-    from frontier.search import Search, load_config
+    from bench_search import _search  # a search in a scratch folder, front left alone
+
+    from frontier.search import load_config
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("scenario", help="a built-in scenario or a config file")
@@ -31,19 +32,10 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     config = load_config(args.scenario).override(
-        {
-            "search.fidelity.rungs": ["short"],
-            "tracking.export_front": False,
-            "tracking.test_front": False,
-            "tracking.measure_front": False,
-            "tracking.profile_front": False,
-            "tracking.learn_front": False,
-        }
+        {"search.fidelity.rungs": ["short"], "search.trials": args.trials}
     )
-    os.chdir(tempfile.mkdtemp(prefix=f"bench-sampler-{config.name}-"))
     start = time.perf_counter()
-    search = Search(config, trials=args.trials, progress=False)
-    search.run()
+    search, _ = _search(config)
     proposals = [round(p, 3) for p in getattr(search.study.sampler, "proposals_s", [])]
     out = {
         "scenario": config.name,
