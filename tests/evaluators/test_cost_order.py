@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 
-def test_a_trial_counts_its_costs_once(write_config, monkeypatch) -> None:
+def test_a_trial_counts_its_costs_once(tmp_path, monkeypatch) -> None:
     """Size first and MACs after it in the config: the model the accuracy was measured
     on is counted once, MACs included, and the size read from that count."""
     import frontier.evaluators._base as base
     from frontier.search import Evaluation, load_config
 
-    path = write_config(
-        objectives=[{"name": "accuracy", "options": {"steps": 2}}, "size_bytes", "macs"],
-        search={"fidelity": {"rungs": ["short"]}},
+    path = tmp_path / "order.yaml"
+    path.write_text(
+        "name: order\n"
+        "task: {name: digits, options: {model: mlp}}\n"
+        "space: {prune_ratios: [0.0, 0.5], weight_bits: [8, 32], act_bits: [32]}\n"
+        "objectives: [{name: accuracy, options: {steps: 2}}, size_bytes, macs]\n"
+        "search: {fidelity: {rungs: [short]}}\n"
     )
     evaluation = Evaluation(load_config(path))
     counts: list[bool] = []
