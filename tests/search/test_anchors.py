@@ -39,7 +39,7 @@ def test_anchors_are_uniform_plans_at_each_bit_width() -> None:
     for plan in plans:
         assert len(set(plan.prune.values())) <= 1 and not plan.sparsity
         assert len(set(plan.weight_bits.values())) <= 1
-    assert CompressionPlan() in plans  # the uncompressed model itself
+    assert CompressionPlan(round_to=8) in plans  # the uncompressed model (round_to: the default)
     assert len(uniform_grid(space)) == 3 * 2 * 2
 
 
