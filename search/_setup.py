@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ._anchors import anchor_params
@@ -119,7 +120,39 @@ def baseline(
     for was, now in zip(constraints, resolved, strict=True):
         if str(was) != str(now):
             logger.info("constraint %s -> %s", was, now)
+    if any(name.startswith("latency_ms") for name in evaluation.metrics):
+        for line in slow_pruning(evaluation.space, evaluation.context.latency, evaluation.teacher):
+            logger.warning(line)
     return values, resolved
+
+
+def slow_pruning(space: Any, latency: Mapping[str, Any], model: Any) -> list[str]:
+    """A line per device whose table prices pruning every layer alike (FP32) more than
+    10% slower than the uncompressed model: the kept channel counts are shapes its
+    kernels are not built for, and the search would find no pruned plan faster."""
+    from frontier.latency_models import corner_plans
+
+    ratios = sorted(set(space.options.prune_ratios)) or [0.0]  # as corner_plans orders them
+    wide = [plan for label, plan in corner_plans(space) if label.endswith("fp32")]
+    pruned = [(r, plan) for r, plan in zip(ratios, wide, strict=True) if r > 0]
+    if not pruned:
+        return []
+    uncompressed = space.plan_of(space.uncompressed_params())
+    out = []
+    for device, predictor in sorted(latency.items()):
+        base = predictor.predict(model, uncompressed).latency_ms
+        priced = [(r, predictor.predict(model, plan).latency_ms) for r, plan in pruned]
+        slower = [(r, ms) for r, ms in priced if ms > 1.1 * base]
+        if slower:
+            ratio, ms = max(slower, key=lambda r: r[1])
+            out.append(
+                f"latency_ms@{device}: {len(slower)} of {len(priced)} uniform prune ratios are "
+                f"priced slower than the uncompressed model (every layer at {ratio:g}: "
+                f"{ms:.3g} ms against {base:.3g} ms). Kept channel counts are multiples of "
+                f"space.round_to={space.options.round_to}; a larger round_to keeps shapes "
+                "CPU kernels are built for (docs/tasks.md)"
+            )
+    return out
 
 
 def warm_up(evaluation: Evaluation) -> None:
