@@ -107,7 +107,8 @@ def baseline(
     study: Any, evaluation: Evaluation, constraints: list[Constraint]
 ) -> tuple[dict[str, float], list[Constraint]]:
     """The uncompressed model's values (measured once, kept in the study) and the
-    constraints resolved against them; both printed."""
+    constraints resolved against them; both printed, with a warning where a latency
+    table prices pruning slower than no pruning (``slow_pruning``)."""
     if BASELINE_ATTR not in study.user_attrs:
         study.set_user_attr(BASELINE_ATTR, evaluation.baseline())
     values: dict[str, float] = study.user_attrs[BASELINE_ATTR]
@@ -130,11 +131,15 @@ def slow_pruning(space: Any, latency: Mapping[str, Any], model: Any) -> list[str
     """A line per device whose table prices pruning every layer alike (FP32) more than
     10% slower than the uncompressed model: the kept channel counts are shapes its
     kernels are not built for, and the search would find no pruned plan faster."""
-    from frontier.latency_models import corner_plans
+    from frontier.spaces import uniform_params
 
-    ratios = sorted(set(space.options.prune_ratios)) or [0.0]  # as corner_plans orders them
-    wide = [plan for label, plan in corner_plans(space) if label.endswith("fp32")]
-    pruned = [(r, plan) for r, plan in zip(ratios, wide, strict=True) if r > 0]
+    opts = space.options
+    wide = {"weight_bits": max(opts.weight_bits), "act_bits": max(opts.act_bits)}
+    pruned = [
+        (r, space.plan_of(uniform_params(space, prune=r, **wide)))
+        for r in sorted(set(opts.prune_ratios))
+        if r > 0
+    ]
     if not pruned:
         return []
     uncompressed = space.plan_of(space.uncompressed_params())
