@@ -11,6 +11,7 @@ import numpy as np
 
 from ._config import Constraint
 from ._front import Front
+from ._pareto import pareto_mask
 
 #: the metric a cheap rung underestimates
 ACCURACY = "accuracy"
@@ -67,8 +68,10 @@ class SpreadPromotion(Promotion):
     compressed plans that miss only the accuracy bound go up a rung. If they gain more
     than ``MIN_SHORTFALL`` accuracy there (75th percentile), every member of that
     rung's front within that shortfall of the bound is promoted (the rung's own ranking
-    is known to be off, so a share of it cannot choose). ``notes`` says what was done
-    and why.
+    is known to be off, so a share of it cannot choose), and so are up to ``probes``
+    plans off that front which, at their accuracy plus the shortfall, would join the
+    front of the rung above (a plan a probe outscores at the cheap rung may still be
+    what the top rung lacks). ``notes`` says what was done and why.
 
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
@@ -209,6 +212,39 @@ class SpreadPromotion(Promotion):
         )
         return [(n, rung + 1) for n in chosen]
 
+    def _hopefuls(self, front: Front, rung: int, chosen: set[int]) -> list[int]:
+        """Up to ``probes`` compressed plans waiting at ``rung`` (not in ``chosen``)
+        that, with their accuracy raised by the rung's shortfall, meet every constraint
+        and are dominated by no member of the front at ``rung + 1``; the most accurate
+        first."""
+        gap = self.shortfall[rung]
+        loose = self._candidates(front, rung)
+        above = [front.records[n] for n in front.numbers(rung + 1)]
+        measured = {r.key for r in front.complete() if r.rung > rung}
+        hopes: dict[str, tuple[float, int]] = {}
+        for rec in front.complete():
+            if rec.rung != rung or rec.number in chosen or rec.key in measured:
+                continue
+            values = rec.values(rung)
+            if not loose.feasible(values) or not self._compressed(front, rec.number, rung):
+                continue
+            hope = {**values, ACCURACY: values[ACCURACY] + gap}
+            rows = np.vstack(
+                [front.matrix(above, rung + 1), [[hope[o.name] for o in front.objectives]]]
+            )
+            if pareto_mask(rows, front.objectives)[-1] and rec.key not in hopes:
+                hopes[rec.key] = (values[ACCURACY], rec.number)
+        best = sorted(hopes.values(), reverse=True)[: self.probes]
+        if best:
+            self.notes.append(
+                f"promoting {len(best)} plan{'s' if len(best) > 1 else ''} off rung {rung}'s "
+                f"front (trial{'s' if len(best) > 1 else ''} "
+                f"{', '.join(str(n) for _, n in best)}): with rung {rung}'s shortfall of "
+                f"{gap:.3f} added, {'they' if len(best) > 1 else 'it'} would join rung "
+                f"{rung + 1}'s front"
+            )
+        return [n for _, n in best]
+
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         out = []
         first = front.objectives[0].name
@@ -235,6 +271,7 @@ class SpreadPromotion(Promotion):
                 # the rung's accuracies are known to be off: its own ranking cannot
                 # choose, so every front member within the shortfall of the bound goes up
                 out += [(n, rung + 1) for n in waiting]
+                out += [(n, rung + 1) for n in self._hopefuls(front, rung, set(waiting))]
                 continue
             if quota <= 0 or not waiting:
                 continue

@@ -132,6 +132,30 @@ def test_a_rung_no_compressed_plan_passes_is_probed_then_promoted_by_its_shortfa
     assert sorted(front.numbers()) == [1, 2]
 
 
+def test_a_plan_a_probe_outscores_cheaply_goes_up_if_the_top_rung_lacks_it() -> None:
+    # trial 6 is smaller than every plan the top rung found feasible, but trial 3 (a
+    # probe) outscores it at rung 0 and is smaller still, so it is off rung 0's front
+    front = _sized({**SHORT, 6: (0.48, 21.0), 7: (0.47, 90.0)})
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    assert sorted(promotion.select(front, rungs=2)) == [(1, 1), (2, 1), (3, 1)]
+    promotion.take_notes()
+    # rung 0 falls 0.30 short; the smallest probe still misses the bound at rung 1
+    for n, gain in ((1, 0.30), (2, 0.30), (3, 0.16)):
+        front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + gain}
+    front.changed()
+    assert 6 not in front.numbers(0)
+    # trial 6 at 0.48 + 0.30 would be the smallest feasible plan at rung 1: it goes up;
+    # trial 7 would be dominated there by trial 1 (0.90 at 50 bytes), and trial 4 is
+    # hopeless even with the shortfall added
+    assert sorted(promotion.select(front, rungs=2)) == [(0, 1), (6, 1)]
+    assert "(trial 6): with rung 0's shortfall of 0.300 added" in promotion.take_notes()[-1]
+    # measured at rung 1 (and short there), it is not sent up again
+    front.records[6].rungs[1] = {"accuracy": 0.70}
+    front.changed()
+    assert promotion.select(front, rungs=2) == [(0, 1)]
+
+
 def test_without_adapt_the_rung_stays_as_configured() -> None:
     front = _sized(SHORT)
     promotion = SpreadPromotion(share=0.5, adapt=False)
