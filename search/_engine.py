@@ -210,7 +210,11 @@ class Search:
                     self._finish_promotion(what, int(job.rung), outcome)
             if since_generation >= self.config.search.population:
                 since_generation = 0
-                promotions += self._generation()
+                # a promotion still queued or running is not asked for twice
+                queued = set(promotions) | {
+                    (what, int(j.rung)) for kind, what, j in pending.values() if kind == "promote"
+                }
+                promotions += [p for p in self._generation() if p not in queued]
 
     def _ask(self, running: set[str]) -> tuple[Any, Job] | None:
         """A trial whose plan has not completed and is not running (see ``ask_unique``),

@@ -68,10 +68,11 @@ class SpreadPromotion(Promotion):
     compressed plans that miss only the accuracy bound go up a rung. If they gain more
     than ``MIN_SHORTFALL`` accuracy there (75th percentile), every member of that
     rung's front within that shortfall of the bound is promoted (the rung's own ranking
-    is known to be off, so a share of it cannot choose), and so are up to ``probes``
-    plans off that front which, at their accuracy plus the shortfall, would join the
-    front of the rung above (a plan a probe outscores at the cheap rung may still be
-    what the top rung lacks). ``notes`` says what was done and why.
+    is known to be off, so a share of it cannot choose), and so are plans off that
+    front which, at their accuracy plus the shortfall, would join the front of the rung
+    above (a plan a probe outscores at the cheap rung may still be what the top rung
+    lacks): up to ``probes`` a generation and ``share`` of the rung's plans in all.
+    ``notes`` says what was done and why.
 
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
@@ -109,6 +110,8 @@ class SpreadPromotion(Promotion):
         self._baseline: dict[str, float] = {}
         #: rung -> the trials measured a rung up to learn its shortfall
         self._probes: dict[int, list[int]] = {}
+        #: rung -> the trials promoted off its front because they would join the next
+        self._hoped: dict[int, list[int]] = {}
 
     def start(self, baseline: Mapping[str, float]) -> None:
         self._baseline = dict(baseline)
@@ -117,11 +120,13 @@ class SpreadPromotion(Promotion):
         return {
             "shortfall": {str(r): g for r, g in self.shortfall.items()},
             "probes": {str(r): list(p) for r, p in self._probes.items()},
+            "hoped": {str(r): list(p) for r, p in self._hoped.items()},
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self.shortfall = {int(r): float(g) for r, g in state.get("shortfall", {}).items()}
         self._probes = {int(r): [int(n) for n in p] for r, p in state.get("probes", {}).items()}
+        self._hoped = {int(r): [int(n) for n in p] for r, p in state.get("hoped", {}).items()}
 
     def _candidates(self, front: Front, rung: int) -> Front:
         """The front with its accuracy constraints loosened by ``slack`` and by the
@@ -216,17 +221,24 @@ class SpreadPromotion(Promotion):
         """Up to ``probes`` compressed plans waiting at ``rung`` (not in ``chosen``)
         that, with their accuracy raised by the rung's shortfall, meet every constraint
         and are dominated by no member of the front at ``rung + 1``; the most accurate
-        first."""
+        first. At most ``share`` of the rung's plans are promoted this way in all."""
         gap = self.shortfall[rung]
+        hoped = self._hoped.setdefault(rung, [])
+        plans = len({r.key for r in front.complete() if r.rung >= rung})
+        room = min(self.probes, math.ceil(self.share * plans) - len(hoped))
+        if room <= 0:
+            return []
         loose = self._candidates(front, rung)
         above = [front.records[n] for n in front.numbers(rung + 1)]
         measured = {r.key for r in front.complete() if r.rung > rung}
         hopes: dict[str, tuple[float, int]] = {}
         for rec in front.complete():
-            if rec.rung != rung or rec.number in chosen or rec.key in measured:
+            if rec.rung != rung or rec.number in chosen or rec.number in hoped:
                 continue
             values = rec.values(rung)
-            if not loose.feasible(values) or not self._compressed(front, rec.number, rung):
+            if rec.key in measured or not loose.feasible(values):
+                continue
+            if not self._compressed(front, rec.number, rung):
                 continue
             hope = {**values, ACCURACY: values[ACCURACY] + gap}
             rows = np.vstack(
@@ -234,7 +246,8 @@ class SpreadPromotion(Promotion):
             )
             if pareto_mask(rows, front.objectives)[-1] and rec.key not in hopes:
                 hopes[rec.key] = (values[ACCURACY], rec.number)
-        best = sorted(hopes.values(), reverse=True)[: self.probes]
+        best = sorted(hopes.values(), reverse=True)[:room]
+        hoped += [n for _, n in best]
         if best:
             self.notes.append(
                 f"promoting {len(best)} plan{'s' if len(best) > 1 else ''} off rung {rung}'s "

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from frontier.search import Constraint, Objective, SpreadPromotion
@@ -189,3 +191,21 @@ def test_what_promotion_learnt_survives_a_resume() -> None:
     assert again.shortfall == first.shortfall
     assert again.select(front, rungs=2) == first.select(front, rungs=2)  # no new probes
     assert again.take_notes() == []
+
+
+@pytest.mark.parametrize(("share", "sent"), [(0.5, [6, 8]), (0.1, [6])])
+def test_plans_sent_up_on_hope_are_capped_by_the_share(share: float, sent: list[int]) -> None:
+    front = _sized({**SHORT, 6: (0.48, 21.0), 8: (0.47, 22.0)})
+    promotion = SpreadPromotion(share=share)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    promotion.select(front, rungs=2)
+    for n, gain in ((1, 0.30), (2, 0.30), (3, 0.16)):
+        front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + gain}
+    front.changed()
+    # of 8 plans, a share of 0.1 allows one such promotion in all: the more accurate
+    assert sorted(promotion.select(front, rungs=2)) == [(0, 1)] + [(n, 1) for n in sent]
+    front.records[0].rungs[1] = {"accuracy": 0.80}
+    front.changed()
+    # sent up once is enough (with 0.1, trial 8 still waits: the share is spent)
+    assert promotion.select(front, rungs=2) == []
+    assert json.loads(json.dumps(promotion.state()))["hoped"] == {"0": sent}
