@@ -127,10 +127,9 @@ def _owners(graph: Any) -> dict[str, str]:
 def _macs(model: Any, owners: dict[str, str]) -> dict[str, int]:
     """MACs per layer (``owners``: node name -> layer) of Conv / Gemm / MatMul nodes
     (and their INT8 forms), from ONNX shape inference; other ops count 0."""
-    import onnx
     from onnx import numpy_helper
 
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = _infer_through_contrib(model)
     shapes: dict[str, list[int]] = {}
     for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         dims = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
@@ -153,6 +152,41 @@ def _macs(model: Any, owners: dict[str, str]) -> dict[str, int]:
             per_output = w[0] if node.op_type != "Gemm" or not _trans_b(node) else w[1]
         macs[owners[node.name]] = macs.get(owners[node.name], 0) + size * per_output
     return macs
+
+
+#: ONNX Runtime's contrib ops whose output has the shape of their first input: ONNX's
+#: shape inference does not know them and stops there
+_SAME_SHAPE = {"QLinearAdd", "QLinearMul", "QLinearLeakyRelu", "QLinearSigmoid"}
+
+
+def _infer_through_contrib(model: Any) -> Any:
+    """ONNX shape inference, carried past the contrib ops of ``_SAME_SHAPE`` (a static
+    INT8 ResNet's ``QLinearAdd`` ends it after the first residual block otherwise)."""
+    import copy
+
+    import onnx
+
+    model = copy.deepcopy(model)
+    for _ in range(len(model.graph.node) + 1):
+        inferred = onnx.shape_inference.infer_shapes(model)
+        known = {
+            vi.name: vi
+            for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+        }
+        added = False
+        for node in inferred.graph.node:
+            if node.op_type in _SAME_SHAPE and node.output[0] not in known:
+                source = known.get(node.input[0])
+                if source is None:
+                    continue
+                info = copy.deepcopy(source)
+                info.name = node.output[0]
+                model.graph.value_info.append(info)
+                known[info.name] = info
+                added = True
+        if not added:
+            return inferred
+    return inferred
 
 
 def _trans_b(node: Any) -> bool:

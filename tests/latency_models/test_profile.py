@@ -100,3 +100,39 @@ def test_a_profile_that_overcounts_its_run_says_so() -> None:
     assert over.caution() is not None and "2.34x" in over.caution()
     assert ModelProfile(layers, run_ms=2.0, measured_ms=1.75).caution() is None
     assert ModelProfile(layers, run_ms=2.0).caution() is None  # nothing measured
+
+
+class Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.block = nn.Conv2d(16, 16, 3, padding=1)
+        self.after = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        return self.after(x + self.block(x))
+
+
+def test_static_int8_layers_past_a_residual_add_keep_their_macs(tmp_path: Path) -> None:
+    # ONNX's shape inference stops at ONNX Runtime's QLinearAdd; the conv after it
+    # still has its MACs (a static INT8 ResNet lost them from layer1.1 on)
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = [{"x": torch.randn(1, 3, 16, 16).numpy()} for _ in range(4)]
+
+        def get_next(self) -> dict | None:
+            return self.left.pop() if self.left else None
+
+    torch.manual_seed(0)
+    fp32, int8 = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
+    torch.onnx.export(
+        Residual().eval(), torch.randn(1, 3, 16, 16), fp32, input_names=["x"], dynamo=False
+    )
+    quantize_static(str(fp32), str(int8), Reader(), quant_format=QuantFormat.QOperator)
+    layers = profile_layers(int8, runs=20, measure=False).by_name()
+    assert "QLinearAdd" in {k for layer in layers.values() for k in layer.kernels}
+    assert layers["after"].precision == "int8"
+    assert layers["after"].macs == 16 * 16 * 16 * 16 * 9
