@@ -162,30 +162,25 @@ _SAME_SHAPE = {"QLinearAdd", "QLinearMul", "QLinearLeakyRelu", "QLinearSigmoid"}
 def _infer_through_contrib(model: Any) -> Any:
     """ONNX shape inference, carried past the contrib ops of ``_SAME_SHAPE`` (a static
     INT8 ResNet's ``QLinearAdd`` ends it after the first residual block otherwise)."""
-    import copy
-
     import onnx
 
-    model = copy.deepcopy(model)
-    for _ in range(len(model.graph.node) + 1):
-        inferred = onnx.shape_inference.infer_shapes(model)
-        known = {
-            vi.name: vi
-            for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-        }
+    inferred = onnx.shape_inference.infer_shapes(model)
+    for _ in range(len(model.graph.node)):
+        graph = inferred.graph
+        known = {vi.name: vi for vi in [*graph.value_info, *graph.input, *graph.output]}
         added = False
-        for node in inferred.graph.node:
-            if node.op_type in _SAME_SHAPE and node.output[0] not in known:
-                source = known.get(node.input[0])
-                if source is None:
-                    continue
-                info = copy.deepcopy(source)
+        for node in graph.node:
+            source = known.get(node.input[0]) if node.input else None
+            if node.op_type in _SAME_SHAPE and node.output[0] not in known and source:
+                info = onnx.ValueInfoProto()
+                info.CopyFrom(source)
                 info.name = node.output[0]
-                model.graph.value_info.append(info)
+                graph.value_info.append(info)
                 known[info.name] = info
                 added = True
         if not added:
-            return inferred
+            break
+        inferred = onnx.shape_inference.infer_shapes(inferred)
     return inferred
 
 

@@ -224,27 +224,26 @@ class SpreadPromotion(Promotion):
         first. At most ``share`` of the rung's plans are promoted this way in all."""
         gap = self.shortfall[rung]
         hoped = self._hoped.setdefault(rung, [])
-        plans = len({r.key for r in front.complete() if r.rung >= rung})
+        done = front.complete()
+        plans = len({r.key for r in done if r.rung >= rung})
         room = min(self.probes, math.ceil(self.share * plans) - len(hoped))
         if room <= 0:
             return []
         loose = self._candidates(front, rung)
-        above = [front.records[n] for n in front.numbers(rung + 1)]
-        measured = {r.key for r in front.complete() if r.rung > rung}
+        above = front.matrix([front.records[n] for n in front.numbers(rung + 1)], rung + 1)
+        measured = {r.key for r in done if r.rung > rung}
         hopes: dict[str, tuple[float, int]] = {}
-        for rec in front.complete():
+        for rec in done:
             if rec.rung != rung or rec.number in chosen or rec.number in hoped:
                 continue
             values = rec.values(rung)
-            if rec.key in measured or not loose.feasible(values):
+            if rec.key in measured or rec.key in hopes or not loose.feasible(values):
                 continue
             if not self._compressed(front, rec.number, rung):
                 continue
             hope = {**values, ACCURACY: values[ACCURACY] + gap}
-            rows = np.vstack(
-                [front.matrix(above, rung + 1), [[hope[o.name] for o in front.objectives]]]
-            )
-            if pareto_mask(rows, front.objectives)[-1] and rec.key not in hopes:
+            rows = np.vstack([above, [[hope[o.name] for o in front.objectives]]])
+            if pareto_mask(rows, front.objectives)[-1]:
                 hopes[rec.key] = (values[ACCURACY], rec.number)
         best = sorted(hopes.values(), reverse=True)[:room]
         hoped += [n for _, n in best]
