@@ -15,6 +15,9 @@ from typing import Any
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION, manifest_path
 
 FRONT_KIND = "front"
+#: the ``role`` of the bundle's baseline entry: the uncompressed model, keyed by the
+#: search's parent run, so the device's result says what each member gains there
+BASELINE_ROLE = "baseline"
 
 
 def write_front_bundle(
@@ -24,21 +27,33 @@ def write_front_bundle(
     device: str,
     source: dict[str, Any],
     plans: dict[str, dict[str, Any]] | None = None,
+    baseline: tuple[bytes, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write ``models`` (``(run id, ONNX bytes)``) to the bundle ``out`` for the runner
     on ``device``; ``source`` (the search's parent run and tracking URI) travels in the
     manifest so the result can be attached to those runs, and ``plans`` (by run id:
-    ``plan_entry``'s plan, op keys and op nodes) so it can join the device's table."""
+    ``plan_entry``'s plan, op keys and op nodes) so it can join the device's table.
+    ``baseline`` (ONNX bytes and its ``plan_entry``) is measured beside the members,
+    keyed by the parent run, so the device's speed-up of each member is known."""
     digest = hashlib.sha256()
     entries: list[dict[str, Any]] = []
+    models = list(models)
+    plans = dict(plans or {})
+    parent = str(source.get("parent", "baseline"))
+    if baseline is not None:
+        models.append((parent, baseline[0]))
+        plans[parent] = baseline[1]
     for i, (run_id, data) in enumerate(models):
         digest.update(run_id.encode() + data)
-        found: dict[str, Any] = (plans or {}).get(run_id, {})
+        found: dict[str, Any] = plans.get(run_id, {})
+        role = BASELINE_ROLE if baseline is not None and run_id == parent else ""
+        name = role or f"front-{i}"
         entry: dict[str, Any] = {
-            "id": f"front-{i}",
+            "id": name,
             "kind": FRONT_KIND,
             "key": run_id,
-            "file": f"front-{i}.onnx",
+            "file": f"{name}.onnx",
+            **({"role": role} if role else {}),
         }
         entry.update({k: found[k] for k in ("plan", "op_keys", "op_nodes") if k in found})
         if "key" in found:
@@ -63,8 +78,9 @@ def write_front_bundle(
 def read_front_result(result: str | Path) -> tuple[dict[str, Any], dict[str, float]]:
     """The front manifest a runner's result was measured from (``front``: device,
     parent run, tracking URI; ``entries``: the bundle's entries by run id) and each
-    member's measured ms by run id (``ok`` rows). Raises ValueError when ``result`` is
-    not the measurement of a front bundle."""
+    member's measured ms by run id (``ok`` rows; the baseline's, where the bundle has
+    one, under the parent run's id, which ``front["baseline"]`` then names). Raises
+    ValueError when ``result`` is not the measurement of a front bundle."""
     result = Path(result)
     copy = manifest_path(result)
     if not result.is_file() or not copy.is_file():
@@ -81,4 +97,9 @@ def read_front_result(result: str | Path) -> tuple[dict[str, Any], dict[str, flo
             if row.get("kind") == FRONT_KIND and row.get("status") == "ok":
                 measured[row["key"]] = float(row["median_ms"])
     entries = {e["key"]: e for e in manifest.get("models", []) if e.get("kind") == FRONT_KIND}
-    return {**manifest["front"], "entries": entries}, measured
+    base = [k for k, e in entries.items() if e.get("role") == BASELINE_ROLE]
+    return {
+        **manifest["front"],
+        "entries": entries,
+        **({"baseline": base[0]} if base else {}),
+    }, measured

@@ -97,23 +97,57 @@ def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
     )  # fmt: skip
 
 
-def plan_entries(config: Any, plans: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each plan's ops (``latency_models.plan_entry``, by run id) in the space of
-    ``config``'s task: its baseline rebuilt (or read from its cache) and exported once.
-    For ``frontier lut front``, so a remote device's measurements can join its table."""
-    import math
-
+def _space_of(config: Any) -> tuple[Any, Any, Any]:
+    """``config``'s task baseline (rebuilt, or read from its cache), its example batch
+    and its space's op templates."""
     from frontier.experiments import build_task, task_baseline
-    from frontier.latency_models import plan_entry, space_templates
-    from frontier.spaces import CompressionPlan, discover
+    from frontier.latency_models import space_templates
+    from frontier.spaces import discover
 
     task = build_task(config.task.name, **config.task.options)
     teacher, example = task_baseline(task, config.task.name)
-    templates = space_templates(teacher, example, discover(teacher, example, config.space))
+    return (
+        teacher,
+        example,
+        space_templates(teacher, example, discover(teacher, example, config.space)),
+    )
+
+
+def plan_entries(config: Any, plans: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each plan's ops (``latency_models.plan_entry``, by key) in the space of
+    ``config``'s task: its baseline rebuilt (or read from its cache) and exported once."""
+    return _entries(_space_of(config)[2], plans)
+
+
+def _entries(templates: Any, plans: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    import math
+
+    from frontier.latency_models import plan_entry
+    from frontier.spaces import CompressionPlan
+
     return {
-        run_id: plan_entry(templates, CompressionPlan.from_dict(plan), math.nan)
-        for run_id, plan in plans.items()
+        key: plan_entry(templates, CompressionPlan.from_dict(plan), math.nan)
+        for key, plan in plans.items()
     }
+
+
+def front_entries(
+    config: Any, plans: dict[str, dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], tuple[bytes, dict[str, Any]]]:
+    """For ``frontier lut front``: the members' ``plan_entries`` (by run id), so a remote
+    device's measurements can join its table, and the baseline measured beside them
+    (its ONNX bytes, FP32 with nothing compressed, and its entry), so the device's
+    result says how much faster each member runs there than the model it came from."""
+    import tempfile
+
+    from frontier.spaces import CompressionPlan, export_onnx
+
+    teacher, example, templates = _space_of(config)
+    with tempfile.TemporaryDirectory(prefix="frontier-front-") as tmp:
+        path = Path(tmp) / "baseline.onnx"
+        export_onnx(teacher.eval(), CompressionPlan(), example, path)
+        data = path.read_bytes()
+    return _entries(templates, plans), (data, _entries(templates, {"": {}})[""])
 
 
 def learn_measured_front(store: Any, front: dict[str, Any], measured: dict[str, float]) -> str:

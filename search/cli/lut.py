@@ -99,7 +99,7 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
     from frontier.latency_models import write_front_bundle
 
     from .._config import load_config
-    from .._learning import plan_entries
+    from .._learning import front_entries
     from .._results import query_front
     from .._tracking import MODEL_FILE, PLAN_FILE, download, download_text, resolve_uri
 
@@ -119,16 +119,20 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
             raise UsageError("lut front: no front member of that search has an ONNX model")
         try:  # the plans' ops, so the device's measurements can join its table
             config = load_config(download_text(uri, parent.info.run_id, "config.json", tmp))
-            entries = plan_entries(config, plans)
+            entries, baseline = front_entries(config, plans)
         except Exception as err:  # the measurement still attaches to the trials
-            print(f"note: the plans' ops were not rebuilt ({err}); the result will attach "
-                  "to the trials but not join the device's table", file=sys.stderr)  # fmt: skip
-            entries = {}
+            print(f"note: the task was not rebuilt ({err}); the result will attach to the "
+                  "trials, but without the baseline beside them and without joining the "
+                  "device's table", file=sys.stderr)  # fmt: skip
+            entries, baseline = {}, None
     source = {"parent": parent.info.run_id, "tracking_uri": resolve_uri(uri)}
-    write_front_bundle(args.out, models, device=args.device, source=source, plans=entries)
+    write_front_bundle(
+        args.out, models, device=args.device, source=source, plans=entries, baseline=baseline
+    )
     print(
         f"wrote {args.out}: {len(models)} front models of search {parent.info.run_name} "
-        f"for {args.device}"
+        + ("and its baseline " if baseline else "")
+        + f"for {args.device}"
         + (f" (trials without a model: {missing})" if missing else "")
         + f"\nnext, on the device: python runner.py {Path(args.out).name} --device "
         f"{args.device} --out {args.device}-front.csv; then here: frontier lut import "
@@ -207,12 +211,22 @@ def _attach_front(args: argparse.Namespace) -> int | None:
     device = front["device"]
     uri = args.tracking_uri or front["tracking_uri"]
     client = _client(uri)
+    base_key = front.get("baseline")
+    base_ms = measured.get(base_key) if base_key else None
     for run_id, ms in measured.items():
-        client.log_metric(run_id, metric_key(f"{MEASURED_PREFIX}{device}"), ms)
+        name = f"baseline_{MEASURED_PREFIX}" if run_id == base_key else MEASURED_PREFIX
+        client.log_metric(run_id, metric_key(f"{name}{device}"), ms)
+    members = {k: v for k, v in measured.items() if k != base_key}
     print(
-        f"attached {len(measured)} measured latencies on {device} to the front of search "
+        f"attached {len(members)} measured latencies on {device} to the front of search "
         f"{front['parent']} ({uri}); frontier pareto shows them"
     )
+    for run_id, ms in members.items():
+        gain = f", {base_ms / ms:.2f}x faster than the baseline there" if base_ms else ""
+        print(f"  {run_id}: {ms:.4f} ms{gain}")
+    if base_ms:
+        key = metric_key(f"baseline_{MEASURED_PREFIX}{device}")
+        print(f"  the baseline: {base_ms:.4f} ms ({key} on the search's run)")
     if not args.no_learn:
         from .._learning import learn_measured_front
 

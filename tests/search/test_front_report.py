@@ -109,7 +109,8 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     write_config, workdir: Path, capsys
 ) -> None:
     """lut front -> the device runner (a process of its own, as on the device) -> lut
-    import: each front member's run gets the device's measured latency."""
+    import: each front member's run gets the device's measured latency, and the
+    baseline, measured beside them, each member's speed-up there."""
     import subprocess
     import sys
 
@@ -135,6 +136,7 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     assert main(["lut", "import", str(out)]) == 0
     said = capsys.readouterr().out
     assert "attached" in said and "no device table named 'edge-box'" in said
+    assert said.count("faster than the baseline there") == len(result.pareto)
 
     # with a table of that device in the store, the measurements join its calibration
     import shutil
@@ -150,9 +152,14 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     key_of = {e["key"]: e["calibration_key"] for e in manifest["models"]}
     with out.open() as f:
         timed = {r["key"]: float(r["median_ms"]) for r in csv.DictReader(f) if r["kind"] == "front"}
-    assert len(timed) == len(result.pareto)
+    parent = manifest["front"]["parent"]
+    assert len(timed) == len(result.pareto) + 1  # and the baseline, under the search's run
     for run_id, ms in timed.items():  # each member's row holds what the device measured
         assert stored[key_of[run_id]] == pytest.approx(ms)
+    from mlflow import MlflowClient
+
+    logged = MlflowClient().get_run(parent).data.metrics
+    assert logged["baseline_latency_measured_ms/edge-box"] == pytest.approx(timed[parent])
     assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["trial"] for r in rows} == set(result.pareto.trial)
