@@ -24,6 +24,14 @@ three steps:
    ``local-cpu``'s table as it is and scaled by one factor, the same plans measured in
    two runs there (the ceiling), and the protocol against the plain loop.
 
+Whole models, the same way: ``pack OUT.zip KEY=FILE.onnx ...`` (here) bundles a
+scenario's baseline and picks (weights stripped, drawn from a seed there), as
+``frontier lut front`` bundles a search's front with its baseline;
+``benchmarks/remote_models.sh DIR b1 b2`` (there) times each bundle on the machine's
+CPU (protocol and plain loop, twice) and GPU (CUDA events and a synchronised loop);
+``models-report --bundles ... --results lease1.tgz ...`` (here, on an idle machine)
+times them here too and writes ``report-logs/remote-models.json``.
+
 Run: python benchmarks/bench_remote_device.py prepare .dev/remote
      (then measure.sh on the GPU machine)
      python benchmarks/bench_remote_device.py report .dev/remote results.tgz [more.tgz]
@@ -120,6 +128,36 @@ def prepare(folder: Path) -> None:
     print(f"wrote {folder}: bundles {size / 2**20:.1f} MiB and measure.sh")
 
 
+def pack(out: Path, models: list[str]) -> None:
+    """Whole ONNX models (``KEY=FILE`` each: a scenario's baseline and pick exported by
+    ``frontier plan --export``) as a bundle of kind ``front`` for the runners, their
+    large weights stripped (drawn from a seed there: latency depends on shapes and
+    types, and a ResNet-50 is 94 MB)."""
+    import hashlib
+    import zipfile
+
+    from frontier.latency_models._bundle import strip_weights
+    from frontier.latency_models.runner import BUNDLE_FORMAT, BUNDLE_VERSION
+
+    entries, files = [], {}
+    for i, item in enumerate(models):
+        key, _, file = item.partition("=")
+        data, layout = strip_weights(Path(file).read_bytes())
+        files[f"model-{i}.onnx"] = data
+        entries.append(
+            {"id": key, "kind": "front", "key": key, "file": f"model-{i}.onnx",
+             "weights": layout, "weights_seed": 0}
+        )  # fmt: skip
+    digest = hashlib.sha256(b"".join(files.values())).hexdigest()[:16]
+    manifest = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "bundle_id": digest,
+                "name": out.stem, "batch_size": 1, "models": entries}  # fmt: skip
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
+    print(f"wrote {out}: {len(entries)} models, {out.stat().st_size / 2**20:.1f} MiB")
+
+
 def _plain_loop(
     bundle: Path,
     entries: list[dict[str, Any]],
@@ -134,9 +172,18 @@ def _plain_loop(
     out = []
     with zipfile.ZipFile(bundle) as zf:
         for entry in entries:
-            run = open_run(zf.read(entry["file"]), entry)
-            for _ in range(30):
+            try:
+                run = open_run(zf.read(entry["file"]), entry)
+            except Exception as err:  # a model this engine cannot run (INT8 on the GPU)
+                print(f"{entry['id']}: not timed ({err})", file=sys.stderr)
+                out.append(float("nan"))
+                continue
+            # PLAIN_WARMUP_S: warm up for that long too (does the machine ramp up?)
+            warm_until = time.perf_counter() + float(os.environ.get("PLAIN_WARMUP_S", 0))
+            k = 0
+            while k < 30 or time.perf_counter() < warm_until:
                 run()
+                k += 1
             sync()
             times: list[float] = []
             end = time.perf_counter() + 1.0
@@ -182,16 +229,17 @@ def _plain_cuda(bundle: Path, entries: list[dict[str, Any]]) -> list[float]:
     return _plain_loop(bundle, entries, open_run, sync)
 
 
-def plain(bundle: Path, engine: str, out: Path, count: int = 20) -> None:
-    """The plain-loop check of ``count`` validation models of ``bundle``."""
+def plain(bundle: Path, engine: str, out: Path, count: int = 20, kind: str = "validation") -> None:
+    """The plain-loop check of ``count`` models of ``kind`` in ``bundle``."""
     import zipfile
 
     with zipfile.ZipFile(bundle) as zf:
         manifest = json.loads(zf.read("manifest.json"))
-    entries = [m for m in manifest["models"] if m["kind"] == "validation"][:count]
+    entries = [m for m in manifest["models"] if m["kind"] == kind][:count]
     times = (_plain_ort if engine == "ort" else _plain_cuda)(bundle, entries)
     out.write_text(json.dumps({m["key"]: t for m, t in zip(entries, times, strict=True)}))
-    median = statistics.median(times)
+    timed = [t for t in times if t == t]  # NaN: not timed
+    median = statistics.median(timed) if timed else float("nan")
     print(f"plain {engine} {bundle.name}: {len(times)} models, median {median:.4f} ms")
 
 
@@ -350,15 +398,95 @@ def report(folder: Path, results: list[Path], out: Path, spaces: list[str]) -> N
     print(f"wrote {out}")
 
 
+#: result files of ``models.sh`` runs: (file name pattern, device, method)
+MODEL_SERIES = (
+    ("cpu-{b}.csv", CPU, "protocol"),
+    ("cpuA-{b}.csv", CPU, "protocol"),
+    ("cpuB-{b}.csv", CPU, "protocol"),
+    ("plain-cpu-{b}.json", CPU, "plain loop"),
+    ("plainA-cpu-{b}.json", CPU, "plain loop"),
+    ("plainB-cpu-{b}.json", CPU, "plain loop, 2 s warm-up"),
+    ("cuda-{b}.csv", GPU, "CUDA events"),
+    ("plain-cuda-{b}.json", GPU, "plain loop, synchronised"),
+)
+
+
+def _series_ms(path: Path) -> dict[str, float]:
+    """A runner CSV's or a plain loop's ms by model key (timed models only)."""
+    import csv
+
+    if path.suffix == ".json":
+        return {k: v for k, v in json.loads(path.read_text()).items() if v == v}
+    with path.open(newline="") as f:
+        return {r["key"]: float(r["median_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
+
+
+def models_report(
+    bundles: list[Path], results: list[Path], labels: dict[str, str], out: Path
+) -> None:
+    """Whole models (``pack`` and ``lut front`` bundles) measured on a lent machine's
+    CPU and GPU in one lease or more (``results``: each lease's results.tgz), and here
+    (``local-cpu``: the protocol and a plain loop, now) into ``out``. Each bundle's
+    reference (its baseline) makes every series a set of speed-ups measured side by
+    side."""
+    import tempfile
+    import zipfile
+
+    from frontier.latency_models import measure_bundle
+
+    series: list[dict[str, Any]] = []
+    reference: dict[str, str] = {}
+    machine: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="frontier-models-") as tmp:
+        for bundle in bundles:
+            b = bundle.stem
+            with zipfile.ZipFile(bundle) as zf:
+                models = json.loads(zf.read("manifest.json"))["models"]
+            base = [m["key"] for m in models if m.get("role") == "baseline"]
+            reference[b] = base[0] if base else models[0]["key"]
+            csv_path = Path(tmp) / f"local-{b}.csv"
+            measure_bundle(bundle, csv_path, device="local-cpu")
+            series.append({"lease": "here", "bundle": b, "device": "local-cpu",
+                           "method": "protocol", "ms": _series_ms(csv_path)})  # fmt: skip
+            loop = Path(tmp) / f"local-plain-{b}.json"
+            plain(bundle, "ort", loop, count=len(models), kind="front")
+            series.append({"lease": "here", "bundle": b, "device": "local-cpu",
+                           "method": "plain loop", "ms": _series_ms(loop)})  # fmt: skip
+        for k, tgz in enumerate(results):
+            got = Path(tmp) / f"lease{k + 1}"
+            with tarfile.open(tgz) as tar:
+                tar.extractall(got, filter="data")
+            machine = machine or (got / "machine.txt").read_text().strip().splitlines()
+            for bundle in bundles:
+                for pattern, device, method in MODEL_SERIES:
+                    path = got / pattern.format(b=bundle.stem)
+                    if path.exists():
+                        series.append({"lease": f"lease {k + 1}", "bundle": bundle.stem,
+                                       "device": device, "method": method,
+                                       "ms": _series_ms(path)})  # fmt: skip
+    figures = {"machine": machine, "reference": reference, "labels": labels, "series": series}
+    out.write_text(json.dumps(figures, indent=1))
+    print(f"wrote {out}: {len(series)} series")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("dir")
+    p = sub.add_parser("pack")
+    p.add_argument("out")
+    p.add_argument("models", nargs="+", help="KEY=FILE.onnx each")
     p = sub.add_parser("plain")
     p.add_argument("bundle")
     p.add_argument("--engine", choices=["ort", "cuda"], required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--kind", default="validation", help="which models: validation, front")
+    p = sub.add_parser("models-report")
+    p.add_argument("--bundles", nargs="+", required=True)
+    p.add_argument("--results", nargs="+", required=True, help="each lease's results.tgz")
+    p.add_argument("--label", nargs="*", default=[], help="KEY=LABEL each")
+    p.add_argument("--json", default=str(HERE / "report-logs" / "remote-models.json"))
     p = sub.add_parser("report")
     p.add_argument("dir")
     p.add_argument("results", nargs="+", help="results.tgz of each run, oldest first")
@@ -367,8 +495,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.step == "prepare":
         prepare(Path(args.dir))
+    elif args.step == "pack":
+        pack(Path(args.out), args.models)
     elif args.step == "plain":
-        plain(Path(args.bundle), args.engine, Path(args.out))
+        plain(Path(args.bundle), args.engine, Path(args.out), kind=args.kind)
+    elif args.step == "models-report":
+        labels = dict(item.partition("=")[::2] for item in args.label)
+        bundles = [Path(b) for b in args.bundles]
+        models_report(bundles, [Path(r) for r in args.results], labels, Path(args.json))
     else:
         report(Path(args.dir), [Path(r) for r in args.results], Path(args.json), args.spaces)
 

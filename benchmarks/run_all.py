@@ -773,6 +773,63 @@ def remote_devices_section(remote: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def remote_models_section(figures: dict[str, Any]) -> list[str]:
+    """Whole scenario models on a lent GPU machine's CPU and GPU, and here
+    (``bench_remote_device.py models-report``): each a speed-up against its baseline
+    measured in the same series, then the spread over series."""
+    machine = [
+        " ".join(re.sub(r"\(UUID[^)]*\)", "", line).split())
+        for line in figures.get("machine", [])
+        if line.startswith(("GPU", "Model name"))
+    ]
+    labels = figures.get("labels", {})
+    lines = [
+        "### Scenario models on a lent GPU machine (`bench_remote_device.py models-report`)",
+        "",
+        f"The machine: {'; '.join(machine)}. Each series is one timing of every model of a "
+        "bundle, one process at a time: the protocol (device runner) or a plain loop on one "
+        "core at 1 thread, and eager PyTorch at batch 1 on the GPU (no INT8 kernels there). "
+        "Speed-ups are against the bundle's baseline within the same series; the range is "
+        "over series (leases and methods).",
+        "",
+        "| model | local-cpu ms | speed-up here | gpu-host-cpu ms (median, range) | speed-up "
+        "there (median, range) | series | gpu-cuda ms (median) | speed-up on the GPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cells(device: str, bundle: str, key: str) -> tuple[list[float], list[float]]:
+        ms, gains = [], []
+        for s in figures["series"]:
+            if s["device"] == device and s["bundle"] == bundle and key in s["ms"]:
+                ms.append(s["ms"][key])
+                base = s["ms"].get(figures["reference"][bundle])
+                if base:
+                    gains.append(base / s["ms"][key])
+        return ms, gains
+
+    def med(values: list[float], form: str, spread: bool = False) -> str:
+        if not values:
+            return "-"
+        text = form.format(statistics.median(values))
+        return text + (
+            f" ({form.format(min(values))}-{form.format(max(values))})" if spread else ""
+        )
+
+    for bundle, ref in figures.get("reference", {}).items():
+        keys = sorted({k for s in figures["series"] if s["bundle"] == bundle for k in s["ms"]},
+                      key=lambda k: (k != ref, labels.get(k, k)))  # fmt: skip
+        for key in keys:
+            here, here_gain = cells("local-cpu", bundle, key)
+            there, there_gain = cells("gpu-host-cpu", bundle, key)
+            gpu, gpu_gain = cells("gpu-cuda", bundle, key)
+            lines.append(
+                f"| {labels.get(key, key)} | {med(here, '{:.4f}')} | {med(here_gain, '{:.2f}x')} "
+                f"| {med(there, '{:.4f}', True)} | {med(there_gain, '{:.2f}x', True)} | "
+                f"{len(there)} | {med(gpu, '{:.3f}')} | {med(gpu_gain, '{:.2f}x')} |"
+            )
+    return [*lines, ""]
+
+
 def learn_section(learn: dict[str, Any]) -> list[str]:
     """A table that learnt one search's measured front, predicting another's
     (``bench_learn.py``)."""
@@ -857,6 +914,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("latency-trust.json", latency_trust_section),
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),
+        ("remote-models.json", remote_models_section),
         ("learn.json", learn_section),
         ("scenarios.json", scenario_runs_section),
         ("search.json", search_methods_section),

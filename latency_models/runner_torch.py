@@ -132,8 +132,8 @@ def _clip(x: Any, lo: Any = None, hi: Any = None, **a: Any) -> Any:
 
 
 def _axes(a: dict[str, Any], axes: Any) -> list[int] | None:
-    if axes is not None:
-        return [int(v) for v in axes.tolist()]
+    if axes is not None:  # a tensor input, or a list where shape ops ran on the host
+        return [int(v) for v in (axes.tolist() if hasattr(axes, "tolist") else axes)]
     return list(a["axes"]) if "axes" in a else None
 
 

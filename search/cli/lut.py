@@ -206,7 +206,7 @@ def _attach_front(args: argparse.Namespace) -> int | None:
         front, measured = read_front_result(args.table)
     except ValueError:
         return None
-    from .._tracking import MEASURED_PREFIX, _client, metric_key
+    from .._tracking import MEASURED_PREFIX, Tag, _client, metric_key
 
     device = front["device"]
     uri = args.tracking_uri or front["tracking_uri"]
@@ -222,8 +222,9 @@ def _attach_front(args: argparse.Namespace) -> int | None:
         f"{front['parent']} ({uri}); frontier pareto shows them"
     )
     for run_id, ms in members.items():
-        gain = f", {base_ms / ms:.2f}x faster than the baseline there" if base_ms else ""
-        print(f"  {run_id}: {ms:.4f} ms{gain}")
+        trial = client.get_run(run_id).data.tags.get(Tag.TRIAL, "?")
+        gain = f", {base_ms / ms:.2f}x the baseline's speed there" if base_ms else ""
+        print(f"  trial {trial} ({run_id}): {ms:.4f} ms{gain}")
     if base_ms:
         key = metric_key(f"baseline_{MEASURED_PREFIX}{device}")
         print(f"  the baseline: {base_ms:.4f} ms ({key} on the search's run)")

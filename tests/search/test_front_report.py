@@ -136,7 +136,7 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     assert main(["lut", "import", str(out)]) == 0
     said = capsys.readouterr().out
     assert "attached" in said and "no device table named 'edge-box'" in said
-    assert said.count("faster than the baseline there") == len(result.pareto)
+    assert said.count("the baseline's speed there") == len(result.pareto)
 
     # with a table of that device in the store, the measurements join its calibration
     import shutil
