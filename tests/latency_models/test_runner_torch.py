@@ -103,3 +103,29 @@ def test_bad_bundle_is_exit_2(tmp_path):
         [*args, str(tmp_path / "o.csv"), "--torch-device", "cpu"], capture_output=True, text=True
     )
     assert done.returncode == 2 and "not a readable op bundle" in done.stderr
+
+
+def test_reduce_mean_with_axes_as_an_attribute_runs(tmp_path):
+    """``x.mean([2, 3])`` exports (opset 17) as ReduceMean with an ``axes`` attribute,
+    as MnasNet's head does: PyTorch computes what ONNX Runtime computes."""
+    import torch
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.conv(x).relu().mean([2, 3]))
+
+    path = tmp_path / "head.onnx"
+    torch.onnx.export(Head().eval(), (torch.randn(1, 3, 16, 16),), str(path), opset_version=17,
+                      dynamo=False)  # fmt: skip
+    data = path.read_bytes()
+    run, feeds = runner_torch.TorchBackend("cpu").open(
+        data, {}, batch_size=1, rng=np.random.default_rng(0)
+    )
+    session = runner.inference_session(data, runner.session_options(1))
+    want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
+    np.testing.assert_allclose(run()[0].numpy(), want[0], rtol=1e-4, atol=1e-5)
