@@ -25,7 +25,10 @@ _FOLLOWERS = {
     "BatchNormalization", "Add", "QuantizeLinear", "DequantizeLinear",
 }  # fmt: skip
 _COMPUTE = {"Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearConv",
-            "QLinearMatMul", "ConvTranspose"}  # fmt: skip
+            "QLinearMatMul", "QGemm", "ConvTranspose"}  # fmt: skip
+#: where the weight is among a compute op's inputs (ONNX Runtime's INT8 forms carry
+#: each operand's scale and zero point after it)
+_WEIGHT_INPUT = {"QLinearConv": 3, "QLinearMatMul": 3, "QGemm": 3}
 _INT8 = ("QLinear", "Integer", "QGemm", "DynamicQuantize")
 GLUE = "(glue)"
 #: layers summing to more than this times the measured run: the profiler's cost shows
@@ -138,7 +141,7 @@ def _macs(model: Any, owners: dict[str, str]) -> dict[str, int]:
         shapes[init.name] = list(numpy_helper.to_array(init).shape)
     macs: dict[str, int] = {}
     for node in inferred.graph.node:
-        weight_index = {"QLinearConv": 3, "QLinearMatMul": 3}.get(node.op_type, 1)
+        weight_index = _WEIGHT_INPUT.get(node.op_type, 1)
         if node.op_type not in _COMPUTE or len(node.input) <= weight_index:
             continue
         out = shapes.get(node.output[0])
@@ -149,7 +152,7 @@ def _macs(model: Any, owners: dict[str, str]) -> dict[str, int]:
         if "Conv" in node.op_type:
             per_output = math.prod(w[1:])  # Cin/groups x kernel
         else:
-            per_output = w[0] if node.op_type != "Gemm" or not _trans_b(node) else w[1]
+            per_output = w[1] if "Gemm" in node.op_type and _trans_b(node) else w[0]
         macs[owners[node.name]] = macs.get(owners[node.name], 0) + size * per_output
     return macs
 
@@ -157,24 +160,43 @@ def _macs(model: Any, owners: dict[str, str]) -> dict[str, int]:
 #: ONNX Runtime's contrib ops whose output has the shape of their first input: ONNX's
 #: shape inference does not know them and stops there
 _SAME_SHAPE = {"QLinearAdd", "QLinearMul", "QLinearLeakyRelu", "QLinearSigmoid"}
+#: ... and the one that pools every spatial dimension to 1 (a ResNet's head)
+_GLOBAL_POOL = "QLinearGlobalAveragePool"
+_INFERRED_HERE = {*_SAME_SHAPE, _GLOBAL_POOL, "QGemm"}
 
 
 def _infer_through_contrib(model: Any) -> Any:
     """ONNX shape inference, carried past the contrib ops of ``_SAME_SHAPE`` (a static
-    INT8 ResNet's ``QLinearAdd`` ends it after the first residual block otherwise)."""
+    INT8 ResNet's ``QLinearAdd`` ends it after the first residual block otherwise), its
+    ``QLinearGlobalAveragePool`` and the ``QGemm`` after it."""
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(model)
+    inits = {init.name: init for init in model.graph.initializer}
     for _ in range(len(model.graph.node)):
         graph = inferred.graph
         known = {vi.name: vi for vi in [*graph.value_info, *graph.input, *graph.output]}
         added = False
         for node in graph.node:
             source = known.get(node.input[0]) if node.input else None
-            if node.op_type in _SAME_SHAPE and node.output[0] not in known and source:
+            kind = node.op_type
+            if kind in _INFERRED_HERE and node.output[0] not in known and source:
                 info = onnx.ValueInfoProto()
                 info.CopyFrom(source)
                 info.name = node.output[0]
+                if kind == "QGemm" and len(node.input) > 3:  # A [M, K] x B -> [M, N]
+                    weight = inits.get(node.input[3])
+                    if weight is None:
+                        continue
+                    n = weight.dims[0] if _trans_b(node) else weight.dims[1]
+                    info.type.tensor_type.shape.dim[-1].Clear()
+                    info.type.tensor_type.shape.dim[-1].dim_value = n
+                if kind == _GLOBAL_POOL:
+                    last = any(a.name == "channels_last" and a.i for a in node.attribute)
+                    dims = info.type.tensor_type.shape.dim
+                    for d in list(dims)[1:-1] if last else list(dims)[2:]:
+                        d.Clear()
+                        d.dim_value = 1
                 graph.value_info.append(info)
                 known[info.name] = info
                 added = True

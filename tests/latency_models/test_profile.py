@@ -108,15 +108,19 @@ class Residual(nn.Module):
         self.stem = nn.Conv2d(3, 16, 3, padding=1)
         self.block = nn.Conv2d(16, 16, 3, padding=1)
         self.after = nn.Conv2d(16, 16, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.stem(x))
-        return self.after(x + self.block(x))
+        x = torch.relu(self.after(x + self.block(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))  # as torchvision's ResNet head
 
 
 def test_static_int8_layers_past_a_residual_add_keep_their_macs(tmp_path: Path) -> None:
-    # ONNX's shape inference stops at ONNX Runtime's QLinearAdd; the conv after it
-    # still has its MACs (a static INT8 ResNet lost them from layer1.1 on)
+    # ONNX's shape inference stops at ONNX Runtime's QLinearAdd and
+    # QLinearGlobalAveragePool; the conv after the one and the QGemm after the other
+    # still have their MACs (a static INT8 ResNet lost them from layer1.1 on, and fc)
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -136,3 +140,4 @@ def test_static_int8_layers_past_a_residual_add_keep_their_macs(tmp_path: Path) 
     assert "QLinearAdd" in {k for layer in layers.values() for k in layer.kernels}
     assert layers["after"].precision == "int8"
     assert layers["after"].macs == 16 * 16 * 16 * 16 * 9
+    assert "QGemm" in layers["fc"].kernels and layers["fc"].macs == 16 * 10
