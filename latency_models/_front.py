@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ._bundle import strip_weights
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION, manifest_path
 
 FRONT_KIND = "front"
@@ -28,13 +29,17 @@ def write_front_bundle(
     source: dict[str, Any],
     plans: dict[str, dict[str, Any]] | None = None,
     baseline: tuple[bytes, dict[str, Any]] | None = None,
+    keep_weights: bool = False,
 ) -> dict[str, Any]:
     """Write ``models`` (``(run id, ONNX bytes)``) to the bundle ``out`` for the runner
     on ``device``; ``source`` (the search's parent run and tracking URI) travels in the
     manifest so the result can be attached to those runs, and ``plans`` (by run id:
     ``plan_entry``'s plan, op keys and op nodes) so it can join the device's table.
     ``baseline`` (ONNX bytes and its ``plan_entry``) is measured beside the members,
-    keyed by the parent run, so the device's speed-up of each member is known."""
+    keyed by the parent run, so the device's speed-up of each member is known. The
+    models' large weights are stripped (``strip_weights``: the runner draws them from
+    a seed; latency depends on their shapes and types, and a ResNet-50 front shrinks
+    from about 100 MB a member to under 1 MB) unless ``keep_weights``."""
     digest = hashlib.sha256()
     entries: list[dict[str, Any]] = []
     models = list(models)
@@ -43,8 +48,13 @@ def write_front_bundle(
     if baseline is not None:
         models.append((parent, baseline[0]))
         plans[parent] = baseline[1]
+    files: list[bytes] = []
     for i, (run_id, data) in enumerate(models):
         digest.update(run_id.encode() + data)
+        layout: list[list[Any]] = []
+        if not keep_weights:
+            data, layout = strip_weights(data)
+        files.append(data)
         found: dict[str, Any] = plans.get(run_id, {})
         role = BASELINE_ROLE if baseline is not None and run_id == parent else ""
         name = role or f"front-{i}"
@@ -54,6 +64,7 @@ def write_front_bundle(
             "key": run_id,
             "file": f"{name}.onnx",
             **({"role": role} if role else {}),
+            **({"weights": layout, "weights_seed": i} if layout else {}),
         }
         entry.update({k: found[k] for k in ("plan", "op_keys", "op_nodes") if k in found})
         if "key" in found:
@@ -69,7 +80,7 @@ def write_front_bundle(
         "models": entries,
     }
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for entry, (_, data) in zip(entries, models, strict=True):
+        for entry, data in zip(entries, files, strict=True):
             zf.writestr(entry["file"], data)
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))
     return manifest

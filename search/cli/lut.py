@@ -90,6 +90,12 @@ def _front_command(sub: Any) -> None:
     e.add_argument("--experiment", help="MLflow experiment (default: the latest search)")
     e.add_argument("--run", help="the search's parent run id")
     e.add_argument("--tracking-uri", help="MLflow (default $MLFLOW_TRACKING_URI)")
+    e.add_argument(
+        "--keep-weights",
+        action="store_true",
+        help="pack the models' trained weights (default: stripped, drawn from a seed on the "
+        "device; latency depends on their shapes, and the bundle is about 100x smaller)",
+    )
     e.set_defaults(func=cmd_lut_front)
 
 
@@ -127,7 +133,13 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
             entries, baseline = {}, None
     source = {"parent": parent.info.run_id, "tracking_uri": resolve_uri(uri)}
     write_front_bundle(
-        args.out, models, device=args.device, source=source, plans=entries, baseline=baseline
+        args.out,
+        models,
+        device=args.device,
+        source=source,
+        plans=entries,
+        baseline=baseline,
+        keep_weights=args.keep_weights,
     )
     print(
         f"wrote {args.out}: {len(models)} front models of search {parent.info.run_name} "

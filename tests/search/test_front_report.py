@@ -153,6 +153,7 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
     with out.open() as f:
         timed = {r["key"]: float(r["median_ms"]) for r in csv.DictReader(f) if r["kind"] == "front"}
     parent = manifest["front"]["parent"]
+    assert all(e["weights"] for e in manifest["models"])  # stripped: drawn on the device
     assert len(timed) == len(result.pareto) + 1  # and the baseline, under the search's run
     for run_id, ms in timed.items():  # each member's row holds what the device measured
         assert stored[key_of[run_id]] == pytest.approx(ms)
