@@ -422,11 +422,16 @@ def _series_ms(path: Path) -> dict[str, float]:
 
 
 def models_report(
-    bundles: list[Path], results: list[Path], labels: dict[str, str], out: Path
+    bundles: list[Path],
+    results: list[Path],
+    labels: dict[str, str],
+    out: Path,
+    local_repeats: int = 3,
 ) -> None:
     """Whole models (``pack`` and ``lut front`` bundles) measured on a lent machine's
     CPU and GPU in one lease or more (``results``: each lease's results.tgz), and here
-    (``local-cpu``: the protocol and a plain loop, now) into ``out``. Each bundle's
+    (``local-cpu``: the protocol and a plain loop, ``local_repeats`` times: this machine
+    is shared, and one series can catch a slow spell) into ``out``. Each bundle's
     reference (its baseline) makes every series a set of speed-ups measured side by
     side."""
     import tempfile
@@ -444,14 +449,15 @@ def models_report(
                 models = json.loads(zf.read("manifest.json"))["models"]
             base = [m["key"] for m in models if m.get("role") == "baseline"]
             reference[b] = base[0] if base else models[0]["key"]
-            csv_path = Path(tmp) / f"local-{b}.csv"
-            measure_bundle(bundle, csv_path, device="local-cpu")
-            series.append({"lease": "here", "bundle": b, "device": "local-cpu",
-                           "method": "protocol", "ms": _series_ms(csv_path)})  # fmt: skip
-            loop = Path(tmp) / f"local-plain-{b}.json"
-            plain(bundle, "ort", loop, count=len(models), kind="front")
-            series.append({"lease": "here", "bundle": b, "device": "local-cpu",
-                           "method": "plain loop", "ms": _series_ms(loop)})  # fmt: skip
+            for r in range(local_repeats):
+                csv_path = Path(tmp) / f"local-{b}-{r}.csv"
+                measure_bundle(bundle, csv_path, device="local-cpu")
+                series.append({"lease": "here", "bundle": b, "device": "local-cpu",
+                               "method": "protocol", "ms": _series_ms(csv_path)})  # fmt: skip
+                loop = Path(tmp) / f"local-plain-{b}-{r}.json"
+                plain(bundle, "ort", loop, count=len(models), kind="front")
+                series.append({"lease": "here", "bundle": b, "device": "local-cpu",
+                               "method": "plain loop", "ms": _series_ms(loop)})  # fmt: skip
         for k, tgz in enumerate(results):
             got = Path(tmp) / f"lease{k + 1}"
             with tarfile.open(tgz) as tar:
@@ -487,6 +493,7 @@ def main() -> None:
     p.add_argument("--results", nargs="+", required=True, help="each lease's results.tgz")
     p.add_argument("--label", nargs="*", default=[], help="KEY=LABEL each")
     p.add_argument("--json", default=str(HERE / "report-logs" / "remote-models.json"))
+    p.add_argument("--local-repeats", type=int, default=3)
     p = sub.add_parser("report")
     p.add_argument("dir")
     p.add_argument("results", nargs="+", help="results.tgz of each run, oldest first")
@@ -502,7 +509,8 @@ def main() -> None:
     elif args.step == "models-report":
         labels = dict(item.partition("=")[::2] for item in args.label)
         bundles = [Path(b) for b in args.bundles]
-        models_report(bundles, [Path(r) for r in args.results], labels, Path(args.json))
+        results = [Path(r) for r in args.results]
+        models_report(bundles, results, labels, Path(args.json), args.local_repeats)
     else:
         report(Path(args.dir), [Path(r) for r in args.results], Path(args.json), args.spaces)
 

@@ -790,10 +790,10 @@ def remote_models_section(figures: dict[str, Any]) -> list[str]:
         "bundle, one process at a time: the protocol (device runner) or a plain loop on one "
         "core at 1 thread, and eager PyTorch at batch 1 on the GPU (no INT8 kernels there). "
         "Speed-ups are against the bundle's baseline within the same series; the range is "
-        "over series (leases and methods).",
+        "over series (leases and methods); ms and speed-ups are medians, with the range.",
         "",
-        "| model | local-cpu ms | speed-up here | gpu-host-cpu ms (median, range) | speed-up "
-        "there (median, range) | series | gpu-cuda ms (median) | speed-up on the GPU |",
+        "| model | local-cpu ms | speed-up here | gpu-host-cpu ms | speed-up there | series "
+        "here / there | gpu-cuda ms | speed-up on the GPU |",
         "|---|---|---|---|---|---|---|---|",
     ]
 
@@ -823,9 +823,10 @@ def remote_models_section(figures: dict[str, Any]) -> list[str]:
             there, there_gain = cells("gpu-host-cpu", bundle, key)
             gpu, gpu_gain = cells("gpu-cuda", bundle, key)
             lines.append(
-                f"| {labels.get(key, key)} | {med(here, '{:.4f}')} | {med(here_gain, '{:.2f}x')} "
-                f"| {med(there, '{:.4f}', True)} | {med(there_gain, '{:.2f}x', True)} | "
-                f"{len(there)} | {med(gpu, '{:.3f}')} | {med(gpu_gain, '{:.2f}x')} |"
+                f"| {labels.get(key, key)} | {med(here, '{:.4f}', True)} | "
+                f"{med(here_gain, '{:.2f}x', True)} | {med(there, '{:.4f}', True)} | "
+                f"{med(there_gain, '{:.2f}x', True)} | {len(here)} / {len(there)} | "
+                f"{med(gpu, '{:.3f}')} | {med(gpu_gain, '{:.2f}x')} |"
             )
     return [*lines, ""]
 
