@@ -136,7 +136,7 @@ def pack(out: Path, models: list[str]) -> None:
     import hashlib
     import zipfile
 
-    from frontier.latency_models._bundle import strip_weights
+    from frontier.latency_models import strip_weights
     from frontier.latency_models.runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
     entries, files = [], {}

@@ -7,7 +7,14 @@ Flow: ``write_bundle`` (``frontier lut ops``) -> ``runner`` on the device
 """
 
 from ._arch import space_templates
-from ._bundle import VALIDATION_SEED0, SpaceOps, space_ops, whole_model_bytes, write_bundle
+from ._bundle import (
+    VALIDATION_SEED0,
+    SpaceOps,
+    space_ops,
+    strip_weights,
+    whole_model_bytes,
+    write_bundle,
+)
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
 from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
 from ._front import read_front_result, write_front_bundle
@@ -99,6 +106,7 @@ __all__ = [
     "space_ops",
     "space_templates",
     "sparse_kernel",
+    "strip_weights",
     "time_models",
     "validate",
     "whole_model_bytes",
