@@ -129,33 +129,21 @@ def prepare(folder: Path) -> None:
 
 
 def pack(out: Path, models: list[str]) -> None:
-    """Whole ONNX models (``KEY=FILE`` each: a scenario's baseline and pick exported by
-    ``frontier plan --export``) as a bundle of kind ``front`` for the runners, their
-    large weights stripped (drawn from a seed there: latency depends on shapes and
-    types, and a ResNet-50 is 94 MB)."""
-    import hashlib
-    import zipfile
+    """Whole ONNX models (``KEY=FILE`` each: a scenario's baseline first, then its picks,
+    exported by ``frontier plan --export``) as a ``lut front`` bundle for the runners:
+    the first is its baseline, the weights are stripped (drawn from a seed there)."""
+    from frontier.latency_models import write_front_bundle
 
-    from frontier.latency_models import strip_weights
-    from frontier.latency_models.runner import BUNDLE_FORMAT, BUNDLE_VERSION
-
-    entries, files = [], {}
-    for i, item in enumerate(models):
-        key, _, file = item.partition("=")
-        data, layout = strip_weights(Path(file).read_bytes())
-        files[f"model-{i}.onnx"] = data
-        entries.append(
-            {"id": key, "kind": "front", "key": key, "file": f"model-{i}.onnx",
-             "weights": layout, "weights_seed": 0}
-        )  # fmt: skip
-    digest = hashlib.sha256(b"".join(files.values())).hexdigest()[:16]
-    manifest = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "bundle_id": digest,
-                "name": out.stem, "batch_size": 1, "models": entries}  # fmt: skip
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
-    print(f"wrote {out}: {len(entries)} models, {out.stat().st_size / 2**20:.1f} MiB")
+    pairs = [item.partition("=")[::2] for item in models]
+    (base_key, base_file), rest = pairs[0], pairs[1:]
+    write_front_bundle(
+        out,
+        [(key, Path(file).read_bytes()) for key, file in rest],
+        device="any",
+        source={"parent": base_key},
+        baseline=(Path(base_file).read_bytes(), {}),
+    )
+    print(f"wrote {out}: {len(pairs)} models, {out.stat().st_size / 2**20:.1f} MiB")
 
 
 def _plain_loop(

@@ -27,7 +27,7 @@ from ._config import (
     parse_config,
     parse_overrides,
 )
-from ._engine import Search, SearchResult, default_callbacks, run
+from ._engine import Search, SearchResult, run
 from ._evaluation import Evaluation, TrialResult
 from ._front import Front, TrialRecord
 from ._learning import plan_entries
@@ -47,7 +47,7 @@ from ._results import (
 from ._samplers import build_sampler, register_sampler, sampler_names
 from ._sensitivity import choices as sensitivity_choices
 from ._sensitivity import sensitivity
-from ._setup import task_and_space
+from ._setup import default_callbacks, task_and_space
 from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
 from ._timing import Timing, promotion_savings
 from ._tracking import Tag, find_search, front_frame, metrics_of

@@ -1,7 +1,7 @@
 """The search loop: ask the sampler, submit to a backend, tell the study, notify the
 callbacks. Storage (``_storage``), the front (``_front``), promotion (``_promotion``),
 MLflow (``_mlflow``), progress (``_callbacks``) and timing (``_timing``) live in their
-own modules; ``run()`` assembles the default callbacks."""
+own modules; ``_setup`` assembles the default callbacks."""
 
 from __future__ import annotations
 
@@ -14,35 +14,17 @@ import pandas as pd
 
 from . import _setup as setup
 from ._backends import Backend, Job, build_backend
-from ._callbacks import Callback, Emissions, progress_callbacks
+from ._callbacks import Callback
 from ._config import Config, load_config
 from ._evaluation import ACCURACY, TrialResult
 from ._front import Front, JobExport, SearchResult, TrialRecord, plan_key
 from ._log import logger, show_messages
-from ._mlflow import MlflowCallback
 from ._pareto import Objective
 from ._promotion import Promotion, SpreadPromotion
 from ._samplers import ask_unique
 from ._storage import GENERATION_ATTR, PROMOTION_ATTR, RUN_ATTR, StudyStore, restore
 from ._timing import Timing
 from ._tracking import no_telemetry
-
-
-def default_callbacks(config: Config, progress: bool | str = True) -> list[Callback]:
-    """The search's own energy (CodeCarbon), MLflow tracking and progress output."""
-    t = config.tracking
-    name, export, measure = t.experiment or config.name, t.export_front, t.measure_front
-    mlflow = MlflowCallback(
-        uri=t.uri,
-        experiment=name,
-        export_front=export,
-        measure_front=measure,
-        test_front=t.test_front,
-        profile_front=t.profile_front,
-        learn_front=t.learn_front,
-        write_lanes=t.write_lanes,
-    )
-    return [Emissions(config.carbon.country_iso), mlflow, *progress_callbacks(progress)]
 
 
 class Search:
@@ -92,7 +74,7 @@ class Search:
         self.promotion = promotion or SpreadPromotion(
             share=f.promote, slack=f.slack, toward=f.toward, adapt=f.adapt
         )
-        own = default_callbacks(self.config, progress) if defaults else []
+        own = setup.default_callbacks(self.config, progress) if defaults else []
         self.callbacks: list[Callback] = [*own, *callbacks]
         show_messages()
         self.records: dict[int, TrialRecord] = {}

@@ -138,8 +138,10 @@ def front_entries(
     device's measurements can join its table, and the baseline measured beside them
     (its ONNX bytes, FP32 with nothing compressed, and its entry), so the device's
     result says how much faster each member runs there than the model it came from."""
+    import math
     import tempfile
 
+    from frontier.latency_models import plan_entry
     from frontier.spaces import CompressionPlan, export_onnx
 
     teacher, example, templates = _space_of(config)
@@ -147,7 +149,8 @@ def front_entries(
         path = Path(tmp) / "baseline.onnx"
         export_onnx(teacher.eval(), CompressionPlan(), example, path)
         data = path.read_bytes()
-    return _entries(templates, plans), (data, _entries(templates, {"": {}})[""])
+    baseline = plan_entry(templates, CompressionPlan(), math.nan)
+    return _entries(templates, plans), (data, baseline)
 
 
 def learn_measured_front(store: Any, front: dict[str, Any], measured: dict[str, float]) -> str:

@@ -11,9 +11,11 @@ from typing import Any
 
 from ._anchors import anchor_params
 from ._backends import check_ray_address, ray_address
+from ._callbacks import Callback, Emissions, progress_callbacks
 from ._config import Config, Constraint
 from ._evaluation import ACCURACY, Evaluation
 from ._log import logger
+from ._mlflow import MlflowCallback
 from ._samplers import build_sampler
 from ._sensitivity import for_search
 from ._storage import (
@@ -192,3 +194,20 @@ def sampler_summary(sampler: Any) -> dict[str, float]:
     if sampler.proposals_s:
         out["sampler_propose_median_s"] = statistics.median(sampler.proposals_s)
     return out
+
+
+def default_callbacks(config: Config, progress: bool | str = True) -> list[Callback]:
+    """The search's own energy (CodeCarbon), MLflow tracking and progress output."""
+    t = config.tracking
+    name, export, measure = t.experiment or config.name, t.export_front, t.measure_front
+    mlflow = MlflowCallback(
+        uri=t.uri,
+        experiment=name,
+        export_front=export,
+        measure_front=measure,
+        test_front=t.test_front,
+        profile_front=t.profile_front,
+        learn_front=t.learn_front,
+        write_lanes=t.write_lanes,
+    )
+    return [Emissions(config.carbon.country_iso), mlflow, *progress_callbacks(progress)]

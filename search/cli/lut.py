@@ -225,9 +225,10 @@ def _attach_front(args: argparse.Namespace) -> int | None:
     client = _client(uri)
     base_key = front.get("baseline")
     base_ms = measured.get(base_key) if base_key else None
+    member_metric = metric_key(f"{MEASURED_PREFIX}{device}")
+    base_metric = metric_key(f"baseline_{MEASURED_PREFIX}{device}")
     for run_id, ms in measured.items():
-        name = f"baseline_{MEASURED_PREFIX}" if run_id == base_key else MEASURED_PREFIX
-        client.log_metric(run_id, metric_key(f"{name}{device}"), ms)
+        client.log_metric(run_id, base_metric if run_id == base_key else member_metric, ms)
     members = {k: v for k, v in measured.items() if k != base_key}
     print(
         f"attached {len(members)} measured latencies on {device} to the front of search "
@@ -238,8 +239,7 @@ def _attach_front(args: argparse.Namespace) -> int | None:
         gain = f", {base_ms / ms:.2f}x the baseline's speed there" if base_ms else ""
         print(f"  trial {trial} ({run_id}): {ms:.4f} ms{gain}")
     if base_ms:
-        key = metric_key(f"baseline_{MEASURED_PREFIX}{device}")
-        print(f"  the baseline: {base_ms:.4f} ms ({key} on the search's run)")
+        print(f"  the baseline: {base_ms:.4f} ms ({base_metric} on the search's run)")
     if not args.no_learn:
         from .._learning import learn_measured_front
 
