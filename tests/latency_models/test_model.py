@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from frontier.latency_models import LatencyModel, validate
+from frontier.latency_models import DeviceMeta, DeviceStore, LatencyModel, measure_bundle, validate
 from frontier.latency_models._bundle import TEACHER
 from frontier.latency_models._model import _fit_fallback
 from frontier.latency_models._ops import OpSpec, plan_ops
@@ -157,25 +157,46 @@ def test_sparsity_only_pays_with_a_sparse_kernel_row(table, mlp_setup, ops) -> N
 
 
 def test_local_validation_measures_by_the_protocol_the_table_was_measured_with(
-    table, mlp_setup
+    table, mlp_setup, bundle, tmp_path
 ) -> None:
     """``--measure local`` times the exported models as the runner timed the table's
-    validation models (the same protocol on the same machine): the two agree. The models
-    take microseconds and the two timings are minutes apart on a shared machine, so one
-    second measurement is allowed before the claim fails; both are reported."""
+    validation models (the same protocol on the same machine): the two agree within 50%.
+    The models take microseconds and the table was timed minutes earlier on a shared
+    machine, so each attempt also re-times the validation models with the runner, by the
+    table's protocol, just before; the local timing must agree with the stored or the
+    fresh runner timing. A different protocol (threads, warm-up, statistic) would
+    disagree with both. Every timing is reported."""
     _, model, x, space = mlp_setup
-    stored = {e["seed"]: table.get(k) for k, e in table.models.items() if e["kind"] == "validation"}
+    path, manifest = bundle
+
+    def validation_ms(t: DeviceTable) -> dict[int, float]:
+        return {
+            e["seed"]: t.get(k).median_ms for k, e in t.models.items() if e["kind"] == "validation"
+        }
+
+    stored = validation_ms(table)
     attempts = []
-    for _ in range(2):
+    for attempt in range(3):
+        out = tmp_path / f"again{attempt}.csv"
+        measure_bundle(
+            path, out, device="test-cpu", kinds=("overhead", "validation"), rounds=3, round_s=0.01
+        )
+        again = validation_ms(
+            DeviceStore(tmp_path / f"store{attempt}").import_table(
+                out, name="test-cpu", manifest=manifest, meta=DeviceMeta(active_power_w=10.0)
+            )
+        )
         report = validate(
             LatencyModel(table), model=model, example_inputs=x, space=space, samples=3,
             measure="local",
         )  # fmt: skip
-        pairs = [(row["measured_ms"], stored[row["seed"]].median_ms) for row in report.rows]
-        attempts.append(", ".join(f"measured {m:.4g} vs stored {s:.4g} ms" for m, s in pairs))
-        if pairs and all(abs(m / s - 1) <= 0.5 for m, s in pairs):
+        rows = [(r["measured_ms"], stored[r["seed"]], again[r["seed"]]) for r in report.rows]
+        attempts.append(
+            ", ".join(f"local {m:.4g} vs stored {s:.4g} / runner {a:.4g} ms" for m, s, a in rows)
+        )
+        if rows and all(min(abs(m / s - 1), abs(m / a - 1)) <= 0.5 for m, s, a in rows):
             return
-    pytest.fail("local and stored timings disagree by more than 50%: " + " | ".join(attempts))
+    pytest.fail("local and runner timings disagree by more than 50%: " + " | ".join(attempts))
 
 
 def _conv(cin: int, cout: int, hw: int) -> OpSpec:
