@@ -100,11 +100,33 @@ def search_section(task: dict[str, Any]) -> list[str]:
     ]
 
 
-def search_methods_section(search: dict[str, Any]) -> list[str]:
-    """Every task of ``search.json`` (``bench_search.py``, seeds run apart and merged)."""
+def hv_bound_lines(bound: dict[str, Any]) -> list[str]:
+    """What ``bench_hv_bound.py`` found: the largest hypervolume the task's space allows."""
+    ratios = ", ".join(f"{k} {v:.3f}x" for k, v in bound["cost_ratios"].items())
+    shares = ", ".join(f"{k} {v:.1%}" for k, v in bound["share_of_bound"].items())
+    lines = [
+        f"The largest hypervolume any front of this space can reach is "
+        f"**{bound['hv_bound']:.4f}** (`bench_hv_bound.py`: the teacher's accuracy with the "
+        f"space's most compressed plan, {ratios} of the baseline; the box is "
+        f"{bound['hv_box']:.3f}). Each median as a share of it: {shares}."
+    ]
+    if bound.get("bound_over_random@60"):
+        lines[0] += (
+            f" No method can beat random@60's median by more than "
+            f"{bound['bound_over_random@60']:.2f}x here."
+        )
+    return [*lines, ""]
+
+
+def search_methods_section(search: dict[str, Any], logs: Path = HERE / "report-logs") -> list[str]:
+    """Every task of ``search.json`` (``bench_search.py``, seeds run apart and merged), with
+    the task's hypervolume bound where ``hv-bound-TASK.json`` holds one."""
     lines: list[str] = []
     for task in search.get("tasks", []):
         lines += search_section(task)
+        bound = logs / f"hv-bound-{task['task']}.json"
+        if bound.exists():
+            lines += hv_bound_lines(json.loads(bound.read_text()))
     return lines
 
 

@@ -243,7 +243,47 @@ def _plan_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random plan (default 0)")
     p.add_argument("--plan", help="a plan JSON file to apply instead of a random one")
     p.add_argument("--export", metavar="PATH", help="also export the compressed model to ONNX")
+    p.add_argument(
+        "--store",
+        help="the device store whose tables price the plan (default: the config's "
+        "device_store, else $FRONTIER_DATA_DIR)",
+    )
     p.set_defaults(func=cmd_plan)
+
+
+def _plan_latency(
+    config: Any, model: Any, example: Any, space: Any, plan: Any, store_root: str | None
+) -> dict[str, Any]:
+    """Per device the config names: the baseline's and the plan's latency predicted by
+    the stored table, the speed-up and where the plan's ops were priced (``coverage``).
+    Nothing is measured here: a device without a stored table says how to get one."""
+    from frontier.latency_models import DeviceStore, LatencyModel
+    from frontier.spaces import CompressionPlan
+
+    store = DeviceStore(store_root or config.device_store)
+    derived = config.derived_devices()
+    out: dict[str, Any] = {}
+    for name in config.device_names():
+        if name in derived:
+            out[name] = f"derived from {derived[name].like!r}: priced by `frontier search` only"
+            continue
+        if not store.has(name):
+            out[name] = f"no table stored in {store.root}: `frontier search` measures one"
+            continue
+        table = store.load(name)
+        offload = table.device_meta.offload_device
+        lm = LatencyModel(
+            table, offload=store.load(offload) if offload and store.has(offload) else None
+        )
+        lm.bind(model, example, space)
+        base, est = lm.predict(model, CompressionPlan()), lm.predict(model, plan)
+        out[name] = {
+            "baseline_ms": round(base.latency_ms, 6),
+            "compressed_ms": round(est.latency_ms, 6),
+            "speedup": round(base.latency_ms / est.latency_ms, 3),
+            "coverage": est.coverage,
+        }
+    return out
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -270,6 +310,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "macs": cost.macs,
             "bops": cost.bops,
         },
+        "latency_ms": _plan_latency(config, model, example, space, plan, args.store),
         "accuracy_baseline": evaluate(model, test),
         "accuracy_compressed_no_finetune": evaluate(compressed, test),
     }

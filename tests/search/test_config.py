@@ -140,6 +140,30 @@ def test_cli_plan_exports(tmp_path, capsys) -> None:
     assert (tmp_path / "m.onnx").exists()
 
 
+def test_cli_plan_prices_the_plan_on_each_stored_device_table(tmp_path, capsys) -> None:
+    """``frontier plan`` reports the plan's predicted latency beside the baseline's on
+    each device table the store holds, and says so where it holds none."""
+    import json
+
+    from frontier.latency_models import DeviceStore, ensure_local_table
+    from frontier.search._setup import task_and_space
+
+    store = tmp_path / "store"
+    assert main(["plan", "digits-mcu", "--seed", "1", "--store", str(store)]) == 0
+    missing = json.loads(capsys.readouterr().out)["latency_ms"]["local-cpu"]
+    assert "no table stored" in missing and str(store) in missing
+
+    task, model, space = task_and_space(load_config("digits-mcu"))
+    ensure_local_table(
+        model, task.example_inputs(), space, store=DeviceStore(store), calibration=0, round_s=0.01
+    )
+    assert main(["plan", "digits-mcu", "--seed", "1", "--store", str(store)]) == 0
+    priced = json.loads(capsys.readouterr().out)["latency_ms"]["local-cpu"]
+    assert priced["compressed_ms"] > 0 and priced["baseline_ms"] > 0
+    assert priced["speedup"] == pytest.approx(priced["baseline_ms"] / priced["compressed_ms"], 1e-2)
+    assert priced["coverage"]["table"] > 0 and priced["coverage"]["fallback"] == 0
+
+
 def test_cli_reports_config_errors(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("space:\n  round_to: -1\n")
