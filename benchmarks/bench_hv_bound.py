@@ -30,9 +30,7 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     from frontier.latency_models import DeviceStore, LatencyModel
-    from frontier.search import load_config
-    from frontier.search._pareto import REFERENCE, loss_hypervolume
-    from frontier.search._setup import task_and_space
+    from frontier.search import REFERENCE, load_config, loss_hypervolume, task_and_space
     from frontier.spaces import CompressionPlan, apply_plan, model_cost
 
     parser = argparse.ArgumentParser(description=__doc__)

@@ -32,7 +32,7 @@ from ._evaluation import Evaluation, TrialResult
 from ._front import Front, TrialRecord
 from ._learning import plan_entries
 from ._mlflow import MlflowCallback
-from ._pareto import Objective, hypervolume, normalise, pareto_mask
+from ._pareto import REFERENCE, Objective, hypervolume, loss_hypervolume, normalise, pareto_mask
 from ._promotion import Promotion, SpreadPromotion
 from ._results import (
     QueryError,
@@ -54,6 +54,7 @@ from ._tracking import Tag, find_search, front_frame, metrics_of
 from ._view import SearchAware, SearchView
 
 __all__ = [
+    "REFERENCE",
     "Backend",
     "Callback",
     "Config",
@@ -93,6 +94,7 @@ __all__ = [
     "hypervolume",
     "import_plugins",
     "load_config",
+    "loss_hypervolume",
     "measure_picked",
     "metrics_of",
     "normalise",
