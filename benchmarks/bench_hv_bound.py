@@ -30,7 +30,13 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     from frontier.latency_models import DeviceStore, LatencyModel
-    from frontier.search import REFERENCE, load_config, loss_hypervolume, task_and_space
+    from frontier.search import (
+        REFERENCE,
+        load_config,
+        loss_hypervolume,
+        plan_latency,
+        task_and_space,
+    )
     from frontier.spaces import CompressionPlan, apply_plan, model_cost
 
     parser = argparse.ArgumentParser(description=__doc__)
@@ -50,23 +56,27 @@ def main() -> None:
     plan = CompressionPlan.load(args.plan, space=space)
     example = task.example_inputs()
     compressed = apply_plan(model, plan, example, calibration_data=task.calibration_batches())
+    base_cost = model_cost(model, CompressionPlan(), example)
+    cost = model_cost(compressed, plan, example)
+    priced = plan_latency(config, model, example, space, plan)
     ratios: dict[str, float] = {}
     sampled: dict[str, float] = {}
     for name in config.metric_names():
         if name == "accuracy":
             continue
         if name.startswith("latency_ms@"):
-            lm = LatencyModel(DeviceStore().load(name.split("@", 1)[1]))
+            device = name.split("@", 1)[1]
+            if not isinstance(priced.get(device), dict):
+                raise SystemExit(f"{name}: {priced.get(device, 'no table')}")
+            p = priced[device]
+            ratios[name] = p["compressed_ms"] / p["baseline_ms"]
+            lm = LatencyModel(DeviceStore(config.device_store).load(device))
             lm.bind(model, example, space)
-            base = lm.predict(model, CompressionPlan()).latency_ms
-            ratios[name] = lm.predict(model, plan).latency_ms / base
             sampled[name] = min(
-                lm.predict(model, space.sample(seed)).latency_ms / base
+                lm.predict(model, space.sample(seed)).latency_ms / p["baseline_ms"]
                 for seed in range(args.samples)
             )
         elif name in ("size_bytes", "macs"):
-            base_cost = model_cost(model, CompressionPlan(), example)
-            cost = model_cost(compressed, plan, example)
             ratios[name] = getattr(cost, name) / getattr(base_cost, name)
         else:
             raise SystemExit(f"{name}: no bound for this objective")

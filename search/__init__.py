@@ -47,7 +47,7 @@ from ._results import (
 from ._samplers import build_sampler, register_sampler, sampler_names
 from ._sensitivity import choices as sensitivity_choices
 from ._sensitivity import sensitivity
-from ._setup import default_callbacks, task_and_space
+from ._setup import default_callbacks, plan_latency, task_and_space
 from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
 from ._timing import Timing, promotion_savings
 from ._tracking import Tag, find_search, front_frame, metrics_of
@@ -104,6 +104,7 @@ __all__ = [
     "parse_overrides",
     "parse_where",
     "plan_entries",
+    "plan_latency",
     "promotion_savings",
     "query_front",
     "ray_runtime_env",

@@ -47,6 +47,43 @@ def task_and_space(config: Config) -> tuple[Any, Any, Any]:
     return task, model, space
 
 
+def plan_latency(
+    config: Config, model: Any, example: Any, space: Any, plan: Any, store_root: Any = None
+) -> dict[str, Any]:
+    """Per device the config names: the baseline's and ``plan``'s latency predicted by
+    the stored table (``baseline_ms``, ``compressed_ms``), the speed-up and where the
+    plan's ops were priced (``coverage``). Tables come from ``store_root``, else the
+    config's ``device_store``, else the user's data dir. Nothing is measured here: a
+    device without a stored table (or derived in the config) gets a sentence instead."""
+    from frontier.latency_models import DeviceStore, LatencyModel
+    from frontier.spaces import CompressionPlan
+
+    store = DeviceStore(store_root or config.device_store)
+    derived = config.derived_devices()
+    out: dict[str, Any] = {}
+    for name in config.device_names():
+        if name in derived:
+            out[name] = f"derived from {derived[name].like!r}: priced by `frontier search` only"
+            continue
+        if not store.has(name):
+            out[name] = f"no table stored in {store.root}: `frontier search` measures one"
+            continue
+        table = store.load(name)
+        offload = table.device_meta.offload_device
+        lm = LatencyModel(
+            table, offload=store.load(offload) if offload and store.has(offload) else None
+        )
+        lm.bind(model, example, space)
+        base, est = lm.predict(model, CompressionPlan()), lm.predict(model, plan)
+        out[name] = {
+            "baseline_ms": round(base.latency_ms, 6),
+            "compressed_ms": round(est.latency_ms, 6),
+            "speedup": round(base.latency_ms / est.latency_ms, 3),
+            "coverage": est.coverage,
+        }
+    return out
+
+
 def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
     """Check the folders and the Ray address, then build the evaluation; the teacher is
     checked before device tables are measured (a new study only)."""

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .._setup import task_and_space
+from .._setup import plan_latency, task_and_space
 from .._storage import writable
 from ._common import CONFIG_HELP, UsageError, load
 
@@ -251,41 +251,6 @@ def _plan_command(sub: Any) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def _plan_latency(
-    config: Any, model: Any, example: Any, space: Any, plan: Any, store_root: str | None
-) -> dict[str, Any]:
-    """Per device the config names: the baseline's and the plan's latency predicted by
-    the stored table, the speed-up and where the plan's ops were priced (``coverage``).
-    Nothing is measured here: a device without a stored table says how to get one."""
-    from frontier.latency_models import DeviceStore, LatencyModel
-    from frontier.spaces import CompressionPlan
-
-    store = DeviceStore(store_root or config.device_store)
-    derived = config.derived_devices()
-    out: dict[str, Any] = {}
-    for name in config.device_names():
-        if name in derived:
-            out[name] = f"derived from {derived[name].like!r}: priced by `frontier search` only"
-            continue
-        if not store.has(name):
-            out[name] = f"no table stored in {store.root}: `frontier search` measures one"
-            continue
-        table = store.load(name)
-        offload = table.device_meta.offload_device
-        lm = LatencyModel(
-            table, offload=store.load(offload) if offload and store.has(offload) else None
-        )
-        lm.bind(model, example, space)
-        base, est = lm.predict(model, CompressionPlan()), lm.predict(model, plan)
-        out[name] = {
-            "baseline_ms": round(base.latency_ms, 6),
-            "compressed_ms": round(est.latency_ms, 6),
-            "speedup": round(base.latency_ms / est.latency_ms, 3),
-            "coverage": est.coverage,
-        }
-    return out
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from frontier.experiments import evaluate
     from frontier.spaces import CompressionPlan, apply_plan, export_onnx, model_cost
@@ -310,7 +275,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "macs": cost.macs,
             "bops": cost.bops,
         },
-        "latency_ms": _plan_latency(config, model, example, space, plan, args.store),
+        "latency_ms": plan_latency(config, model, example, space, plan, args.store),
         "accuracy_baseline": evaluate(model, test),
         "accuracy_compressed_no_finetune": evaluate(compressed, test),
     }

@@ -146,7 +146,7 @@ def test_cli_plan_prices_the_plan_on_each_stored_device_table(tmp_path, capsys) 
     import json
 
     from frontier.latency_models import DeviceStore, ensure_local_table
-    from frontier.search._setup import task_and_space
+    from frontier.search import task_and_space
 
     store = tmp_path / "store"
     assert main(["plan", "digits-mcu", "--seed", "1", "--store", str(store)]) == 0
