@@ -196,27 +196,28 @@ def distill(
 def proxy_signals(
     model: nn.Module,
     teacher: nn.Module,
-    batch: Any,
+    batches: list[Any],
     bn_batches: list[Any] | None = None,
     *,
     saliency: bool = True,
     teacher_logits: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Zero-cost signals on one held-out batch: top-1 agreement with the teacher, minus
-    the KL divergence from the teacher, and (``saliency``) a gradient-saliency score (sum
-    |g * w| of the cross-entropy, SNIP-style, normalised per weight: a backward pass,
-    twice the forward's cost). With ``bn_batches``, batch norm statistics are
-    re-estimated on them first (forward passes only). ``teacher_logits``: the teacher's
-    outputs on ``batch``, where the caller keeps them (the same for every plan)."""
-    x, y = batch
+    """Zero-cost signals on held-out ``batches`` of ``(inputs, targets)``, taken as one
+    set: top-1 agreement with the teacher, minus the KL divergence from the teacher, and
+    (``saliency``) a gradient-saliency score (sum |g * w| of the cross-entropy,
+    SNIP-style, normalised per weight: a backward pass, twice the forward's cost). With
+    ``bn_batches``, batch norm statistics are re-estimated on them first (forward passes
+    only). ``teacher_logits``: the teacher's outputs on ``batches`` in order, where the
+    caller keeps them (the same for every plan)."""
     model = copy.deepcopy(model)
     recalibrate_bn(model, bn_batches or [])
     model.eval()
+    y = torch.cat([targets for _, targets in batches])
     if teacher_logits is None:
         with torch.no_grad():
-            teacher_logits = teacher(x)
+            teacher_logits = torch.cat([teacher(x) for x, _ in batches])
     with torch.set_grad_enabled(saliency):
-        logits = model(x)
+        logits = torch.cat([model(x) for x, _ in batches])
     if not bool(torch.isfinite(logits).all()):
         raise EvaluationError("the model's outputs are not finite (NaN or inf) on the proxy batch")
     agreement = float((logits.argmax(-1) == teacher_logits.argmax(-1)).float().mean())
@@ -319,11 +320,11 @@ class AccuracyEvaluator(Evaluator):
         loaders = context.task.loaders(batch_size=self.batch_size)
         compressed = context.compressed(candidate)
         if self.fidelity == "proxy":
-            x, y, teacher_logits = context.proxy_batch()
+            batches, teacher_logits = context.proxy_batch()
             signals = proxy_signals(
                 compressed,
                 context.teacher,
-                (x, y),
+                batches,
                 context.calibration(),
                 saliency=self.all_signals or self.signal == "saliency",
                 teacher_logits=teacher_logits,

@@ -88,7 +88,7 @@ class EvalContext:
     _no_counter: bool = field(default=False, repr=False)
     _structure_counts: int = field(default=0, repr=False)
     _calibration: list[Any] | None = field(default=None, repr=False)
-    _proxy: tuple[Any, Any, Any] | None = field(default=None, repr=False)
+    _proxy: tuple[list[Any], Any] | None = field(default=None, repr=False)
     _soft_teacher: nn.Module | None = field(default=None, repr=False)
 
     @property
@@ -109,13 +109,18 @@ class EvalContext:
             self._calibration = self.task.calibration_batches()
         return self._calibration
 
-    def proxy_batch(self) -> tuple[Any, Any, Any]:
-        """The proxy fidelity's held-out batch (the first 256 validation samples) and the
-        teacher's outputs on it, computed once: ``(inputs, targets, teacher_logits)``."""
+    def proxy_batch(self) -> tuple[list[Any], Any]:
+        """The proxy fidelity's held-out data (the first 256 validation samples, as the
+        task's ``proxy_batches`` cuts them) and the teacher's outputs on it, in the same
+        order, computed once: ``(batches, teacher_logits)``."""
         if self._proxy is None:
-            x, y = next(iter(self.task.loaders(batch_size=256).val))
+            found = getattr(self.task, "proxy_batches", None)  # optional (Task's default)
+            if callable(found):
+                batches = list(found())
+            else:
+                batches = [next(iter(self.task.loaders(batch_size=256).val))]
             with torch.no_grad():
-                self._proxy = (x, y, self.teacher(x))
+                self._proxy = (batches, torch.cat([self.teacher(x) for x, _ in batches]))
         return self._proxy
 
     def compressed(self, candidate: Candidate) -> nn.Module:

@@ -35,9 +35,9 @@ class Task(ABC):
     Subclass it (or return any object with these methods from a builder function) and
     register it with ``@register_task("name")``, or name a builder in a config as
     ``my_pkg.tasks:build``. Required: ``loaders``, ``baseline``, ``example_inputs``;
-    optional hooks with defaults: ``metric``, ``calibration_batches``, ``limitations``,
-    ``soft_teacher`` and ``trained`` (an object that is not a ``Task`` gets the same
-    defaults where it lacks one).
+    optional hooks with defaults: ``metric``, ``calibration_batches``, ``proxy_batches``,
+    ``limitations``, ``soft_teacher`` and ``trained`` (an object that is not a ``Task``
+    gets the same defaults where it lacks one).
     """
 
     name: str = "task"
@@ -75,6 +75,13 @@ class Task(ABC):
         """What distillation takes soft targets from, when not ``baseline()`` (a cache
         of its logits, say); None: the baseline itself."""
         return None
+
+    def proxy_batches(self, *, samples: int = 256) -> list[Any]:
+        """The proxy fidelity's held-out data: the first ``samples`` validation samples as
+        ``(inputs, targets)`` batches, cut as the task's models compute them fastest (one
+        batch by default). Which samples, not how they are batched, decides the proxy's
+        signals."""
+        return [next(iter(self.loaders(batch_size=samples).val))]
 
     def calibration_batches(self, *, batches: int = 4, batch_size: int = 128) -> list[Any]:
         """A few training batches for activation-range calibration."""

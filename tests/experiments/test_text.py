@@ -135,6 +135,20 @@ def test_the_teacher_fine_tunes_beats_chance_and_is_cached(
     with torch.no_grad():
         assert torch.equal(again.baseline()(x), model(x))  # loaded, not fine-tuned again
 
+    # the proxy's texts: the first validation texts, each once, in batches cut to their
+    # longest text, scored as the padded texts are
+    batches = task.proxy_batches(samples=20, batch_size=8)
+    assert [len(b[1]) for b in batches] == [8, 8, 4]
+    val_x, val_y = s["val"][0][:20], s["val"][1][:20]
+    padded = torch.cat([torch.nn.functional.pad(b[0], (0, 16 - b[0].shape[1])) for b in batches])
+    assert sorted(map(tuple, padded.tolist())) == sorted(map(tuple, val_x.tolist()))
+    assert sorted(torch.cat([b[1] for b in batches]).tolist()) == sorted(val_y.tolist())
+    assert all(b[0].shape[1] == int((b[0] != 0).sum(1).max()) for b in batches)
+    assert sum(b[0].numel() for b in batches) < val_x.numel()
+    with torch.no_grad():
+        cut = torch.cat([model(b[0]) for b in batches])
+        assert torch.allclose(cut, model(padded), atol=1e-5)
+
     # distillation's teacher answers training texts from logits computed once, even when
     # two workers ask for them at the same moment
     capfd.readouterr()
