@@ -86,6 +86,12 @@ def search_section(task: dict[str, Any]) -> list[str]:
     phases = ", ".join(
         f"{k} {statistics.median(v):.0f} s" for k, v in task.get("phases_s", {}).items()
     )
+    median = task["median"]
+    claims = [
+        f"frontier@{n} is {median[f'frontier@{n}'] / median[other]:.2f}x {other}"
+        for n, other in ((60, "random@60"), (60, "random@300"), (30, "random@300"))
+        if f"frontier@{n}" in median and other in median
+    ]
     return [
         f"### Search methods on {task['task']} (same engine, rungs and promotion)",
         "",
@@ -96,6 +102,7 @@ def search_section(task: dict[str, Any]) -> list[str]:
         "",
         md_table(frame, 4),
         "",
+        *([f"Median against median: {'; '.join(claims)}.", ""] if claims else []),
         *([f"Inside those wall times: {phases}.", ""] if phases else []),
     ]
 
