@@ -45,8 +45,6 @@ def main() -> None:
         "summary": search.summary,
         "proposals_s": proposals,
         "median_s": statistics.median(proposals) if proposals else None,
-        # metric values of plans seen before, answered without computing them again
-        "exact_kept": getattr(search.study.sampler, "exact_kept", None),
     }
     if not proposals:
         print(f"the sampler {config.search.sampler!r} times no proposals (not the surrogate)")

@@ -166,10 +166,6 @@ class SurrogateSampler(BaseSampler, SearchAware):
         #: get the same idea), by parameter key
         self._pending: dict[str, dict[str, float]] = {}
         self._cheap: dict[str, bool] = {}
-        #: plan key -> the values ``_exact`` computed that no device table prices
-        self._known: dict[str, dict[str, float]] = {}
-        #: metric values ``_exact`` answered from ``_known`` instead of computing them
-        self.exact_kept = 0
         #: seconds spent proposing, in all and each time, for the search's summary
         self.propose_s = 0.0
         self.proposals_s: tuple[float, ...] = ()
@@ -292,19 +288,7 @@ class SurrogateSampler(BaseSampler, SearchAware):
         return self._search.evaluation.space.plan_of(params)
 
     def _exact(self, params: Mapping[str, Any], metrics: list[str]) -> dict[str, float]:
-        """``metrics`` of ``params``, computed. What no device table prices (size, MACs)
-        depends on the plan alone, so it is kept by plan: the greedy plans and the
-        front's neighbours come back proposal after proposal (a text plan's size is a
-        0.13 s build)."""
-        evaluation = self._search.evaluation
-        known = self._known.setdefault(_key(self._full(params)), {})
-        todo = [m for m in metrics if m not in known]
-        self.exact_kept += len(metrics) - len(todo)
-        values = dict(evaluation.evaluate(self._plan(params), 0, todo).values) if todo else {}
-        for m in todo:
-            if not evaluation.evaluator(m).priced_by_tables:
-                known[m] = values[m]
-        return {m: values[m] if m in values else known[m] for m in metrics}
+        return dict(self._search.evaluation.evaluate(self._plan(params), 0, metrics).values)
 
     def _propose(self, number: int) -> dict[str, Any]:
         search = self._search

@@ -93,30 +93,6 @@ def test_a_surrogate_search_proposes_each_plan_once_and_resumes(write_config, wo
     assert len({r.key for r in done}) == 16
     assert not [t for t in again.study.trials if DUPLICATE_ATTR in t.user_attrs]
 
-    # a plan's size is computed once; what a device table prices is computed every time
-    sampler, evaluation = again.study.sampler, again.evaluation
-    params = next(iter(done)).params
-    calls: list[list[str]] = []
-    evaluate = evaluation.evaluate
-
-    def counted(plan, rung=0, metrics=None, **kw):
-        calls.append(list(metrics or []))
-        return evaluate(plan, rung, metrics, **kw)
-
-    evaluation.evaluate = counted
-    sampler._known.clear()
-    size = sampler._exact(params, ["size_bytes"])
-    assert size == sampler._exact(params, ["size_bytes"]) and calls == [["size_bytes"]]
-    assert (
-        size["size_bytes"]
-        == evaluate(sampler._plan(params), 0, ["size_bytes"]).values["size_bytes"]
-    )
-    evaluation.evaluator("size_bytes").priced_by_tables = True
-    sampler._known.clear()
-    sampler._exact(params, ["size_bytes"])
-    sampler._exact(params, ["size_bytes"])
-    assert len(calls) == 3
-
 
 def test_the_surrogate_is_a_plain_optuna_sampler_without_a_search() -> None:
     """Outside Frontier's engine it samples at random (it has nothing to screen on)."""
