@@ -320,7 +320,7 @@ class AccuracyEvaluator(Evaluator):
         loaders = context.task.loaders(batch_size=self.batch_size)
         compressed = context.compressed(candidate)
         if self.fidelity == "proxy":
-            batches, teacher_logits = context.proxy_batch()
+            batches, teacher_logits = context.proxy_data()
             signals = proxy_signals(
                 compressed,
                 context.teacher,

@@ -109,7 +109,7 @@ class EvalContext:
             self._calibration = self.task.calibration_batches()
         return self._calibration
 
-    def proxy_batch(self) -> tuple[list[Any], Any]:
+    def proxy_data(self) -> tuple[list[Any], Any]:
         """The proxy fidelity's held-out data (the first 256 validation samples, as the
         task's ``proxy_batches`` cuts them) and the teacher's outputs on it, in the same
         order, computed once: ``(batches, teacher_logits)``."""
