@@ -145,10 +145,11 @@ class EvalContext:
         if candidate._cost is None or (macs and not candidate._cost_has_macs):
             model = candidate._model if candidate._model is not None else candidate._structure
             if model is None:
-                candidate._cost = self._shape_count(candidate.plan)
-                if candidate._cost is not None:
-                    candidate._cost_has_macs = True
-                    return candidate._cost
+                counted = self._shape_count(candidate.plan, macs=macs)
+                if counted is not None:
+                    candidate._cost = counted
+                    candidate._cost_has_macs = ShapeCounter.counts_macs(candidate.plan)
+                    return counted
                 model = apply_plan(
                     self.teacher, structure_plan(candidate.plan), self.example_inputs
                 )
@@ -158,10 +159,10 @@ class EvalContext:
             candidate._structure = model if keep else None
         return candidate._cost
 
-    def _shape_count(self, plan: CompressionPlan) -> Cost | None:
+    def _shape_count(self, plan: CompressionPlan, *, macs: bool) -> Cost | None:
         """``plan``'s cost from shapes, where the space allows it. The counter (one pruned
-        build per group, checked on three sampled plans) is made once a few plans have
-        asked: it pays off over many plans (a sampler's), not for a baseline."""
+        build per group a plan prunes, checked on three sampled plans) is made once a few
+        plans have asked: it pays off over many plans (a sampler's), not for a baseline."""
         if self.space is None or self._no_counter or not ShapeCounter.handles(plan):
             return None
         self._structure_counts += 1
@@ -173,10 +174,10 @@ class EvalContext:
                 self._counter = ShapeCounter(
                     self.teacher, self.example_inputs, self.space.groups, checks=checks
                 )
-            except Exception:  # a group that cannot be pruned alone: build every plan
+            except Exception:  # a check plan that does not build: build every plan
                 self._no_counter = True
                 return None
-        return self._counter.cost(plan)
+        return self._counter.cost(plan, macs=macs)
 
 
 def structure_plan(plan: CompressionPlan) -> CompressionPlan:

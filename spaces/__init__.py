@@ -17,6 +17,7 @@ from ._export import (
     quantize_onnx_int8,
 )
 from ._forward import SpaceError, recalibrate_bn
+from ._param_shapes import ParamShapes
 from ._plan import (
     IMPORTANCE_CRITERIA,
     PLAN_FORMAT_VERSION,
@@ -103,6 +104,7 @@ __all__ = [
     "LayerCost",
     "LayerDrop",
     "LayerGroup",
+    "ParamShapes",
     "PlanError",
     "Prune",
     "QuantEmbedding",

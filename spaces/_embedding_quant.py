@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ._dims import Dimension, SpaceView
+from ._param_shapes import ParamShapes
 from ._plan import CompressionPlan, PlanError
 from ._techniques import ApplyContext, Chooser, Technique, register_technique
 
@@ -100,3 +101,14 @@ class EmbeddingQuant(Technique):
                 parent_name, _, child = name.rpartition(".")
                 parent = model.get_submodule(parent_name) if parent_name else model
                 setattr(parent, child, QuantEmbedding(module))
+
+    def reshape(self, plan: CompressionPlan, shapes: ParamShapes) -> bool:
+        if (self.entry(plan) or 32) >= 32:
+            return True
+        for name, module in shapes.model.named_modules():
+            if name and isinstance(module, nn.Embedding) and f"{name}.weight" in shapes:
+                rows = shapes.shape(f"{name}.weight")
+                shapes.remove(name)  # QuantEmbedding's tensors: INT8 rows, an FP32 scale each
+                shapes.add(f"{name}.rows", rows, 1)
+                shapes.add(f"{name}.scale", (rows[0], 1), 4)
+        return True

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from ._dims import Dimension, QuantLayer, SpaceView
+from ._param_shapes import ParamShapes
 from ._plan import (
     SWAP_ACTIVATIONS,
     TECHNIQUES,
@@ -92,6 +93,14 @@ class Technique:
 
     def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
         """Change ``model`` (a copy the caller owns) in place as ``plan`` says."""
+
+    def reshape(self, plan: CompressionPlan, shapes: ParamShapes) -> bool:
+        """Change ``shapes`` (parameter name -> shape) as ``apply`` changes the model's
+        parameters under ``plan``, without a model, and return True; what lets a sampler
+        count a plan's size in microseconds (``ShapeCounter``, which checks the count
+        against built models). False, the default: plans that use this technique are
+        built to be counted."""
+        return False
 
     def latency_variants(self, space: SpaceView) -> dict[str, CompressionPlan]:
         """Plans that use only this technique, whose exported graphs hold between them

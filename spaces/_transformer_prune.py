@@ -26,6 +26,7 @@ from torch import nn
 
 from ._dims import Dimension, SpaceView
 from ._export import onnx_module_name
+from ._param_shapes import ParamShapes
 from ._plan import CompressionPlan, PlanError, check_ratio, check_ratios
 from ._techniques import DROPPED, ApplyContext, Chooser, Technique, register_technique
 from ._transformer import EncoderLayer, keep_ffn, keep_heads
@@ -53,12 +54,15 @@ def _encoder(model: nn.Module, name: str, technique: str) -> EncoderLayer:
     return module
 
 
+def _kept(n: int, ratio: float) -> int:
+    """How many of ``n`` stay after removing ``ratio`` of them: one at least (removing
+    a whole block is ``layer-drop``'s)."""
+    return max(1, n - round(n * ratio))
+
+
 def _smallest_kept(scores: torch.Tensor, ratio: float) -> list[int]:
-    """Indices to keep (in their order) after removing ``ratio`` of them, lowest first;
-    one at least (removing a whole block is ``layer-drop``'s)."""
-    n = len(scores)
-    keep = max(1, n - round(n * ratio))
-    order = torch.argsort(scores, descending=True, stable=True)[:keep]
+    """Indices to keep (in their order) after removing ``ratio`` of them, lowest first."""
+    order = torch.argsort(scores, descending=True, stable=True)[: _kept(len(scores), ratio)]
     return sorted(order.tolist())
 
 
@@ -193,6 +197,20 @@ class TransformerPrune(Technique):
             if ratios.get("ffn", 0) > 0:
                 keep_ffn(layer, _smallest_kept(ffn_scores(layer), ratios["ffn"]))
 
+    def reshape(self, plan: CompressionPlan, shapes: ParamShapes) -> bool:
+        for name, ratios in (self.entry(plan) or {}).items():
+            layer = _encoder(shapes.model, name, self.name)
+            if ratios.get("heads", 0) > 0 and layer.heads > 0:
+                inner = _kept(layer.heads, ratios["heads"]) * layer.head_dim
+                for part in ("query", "key", "value"):
+                    shapes.resize(f"{name}.{part}", 0, inner)
+                shapes.resize(f"{name}.out", 1, inner)
+            if ratios.get("ffn", 0) > 0:
+                width = _kept(layer.ffn_in.out_features, ratios["ffn"])
+                shapes.resize(f"{name}.ffn_in", 0, width)
+                shapes.resize(f"{name}.ffn_out", 1, width)
+        return True
+
 
 class Skip(nn.Module):
     """A dropped encoder layer: its input passes through."""
@@ -253,3 +271,9 @@ class LayerDrop(Technique):
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, Skip())  # a ModuleList's items are named "0", "1", ...
+
+    def reshape(self, plan: CompressionPlan, shapes: ParamShapes) -> bool:
+        for name in self.entry(plan) or []:
+            _encoder(shapes.model, name, self.name)
+            shapes.remove(name)
+        return True

@@ -10,6 +10,8 @@ from frontier.spaces import (
     ShapeCounter,
     SpaceOptions,
     StudentSpec,
+    TextTransformer,
+    TransformerShape,
     apply_plan,
     discover,
     model_cost,
@@ -64,3 +66,43 @@ def test_shape_counter_declines_what_it_cannot_count() -> None:
     wrong = [dataclasses.replace(g, channels=g.channels * 2) for g in space.groups]
     bad = ShapeCounter(model, x, wrong, checks=[plan])
     assert not bad.ok and "differ" in bad.mismatch and bad.cost(plan) is None
+
+
+def test_text_plans_are_counted_from_shapes() -> None:
+    """A text plan (heads and FFN channels removed, layers dropped, INT8 embeddings,
+    INT8 Linears) is sized from shapes exactly as its built model is; its MACs are not
+    counted from shapes (attention's do not scale with a weight), so asking for them
+    declines and the caller builds."""
+    torch.manual_seed(0)
+    shape = TransformerShape(
+        vocab_size=50,
+        max_positions=12,
+        hidden=32,
+        heads=(4, 4, 4),
+        ffn=(64, 64, 64),
+        head_dim=8,
+        num_classes=3,
+    )
+    model = TextTransformer(shape).eval()
+    ids = torch.randint(1, 50, (1, 12))
+    techniques = {"transformer-prune": {}, "layer-drop": {}, "embedding-quant": {}}
+    options = SpaceOptions(
+        prune_ratios=(0.0,), weight_bits=(8, 32), act_bits=(8, 32), techniques=techniques
+    )
+    space = discover(model, ids, options)
+    counter = ShapeCounter(model, ids, space.groups, checks=[space.sample(0)])
+    assert counter.ok, counter.mismatch
+    sizes = set()
+    for seed in range(1, 13):
+        plan = space.sample(seed)
+        assert plan.techniques
+        built = model_cost(apply_plan(model, plan, ids), plan, ids, macs=False)
+        counted = counter.cost(plan, macs=False)
+        assert counted is not None
+        assert {f: getattr(counted, f) for f in CHECKED} == {f: getattr(built, f) for f in CHECKED}
+        assert [(c.name, c.size_bytes) for c in counted.layers] == [
+            (c.name, c.size_bytes) for c in built.layers
+        ]
+        sizes.add(counted.size_bytes)
+    assert len(sizes) > 6  # the plans differ in size, so equality is not by chance
+    assert counter.cost(space.sample(1)) is None  # MACs asked: build
