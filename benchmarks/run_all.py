@@ -902,6 +902,8 @@ def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
                 "search s": _num(search_s, "{:.0f}"),
                 "sensitivity s (share)": "-"
                 if sens is None or not search_s
+                else "cached (< 1 s)"
+                if sens < 1
                 else f"{sens:.0f} ({100 * sens / search_s:.0f}%)",
                 "proposal median s": _num(t.get("sampler_propose_median_s"), "{:.2f}"),
                 "proposals s in all": _num(t.get("sampler_propose_s"), "{:.0f}"),
@@ -920,7 +922,9 @@ def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "Accuracy on validation (what every rung, the front and the pick used) and on the "
         "test split (measured once on the exported pick, never used to choose); '-' where "
-        "a row predates the split. Time: the search's own accounting.",
+        "a row predates the split. Time: the search's own accounting; 'cached': the "
+        "sensitivity rows were read back from an earlier run of the same teacher and "
+        "space (docs/findings.md names the run that computed them).",
         "",
         md_table(pd.DataFrame(table), 3),
         "",
