@@ -74,13 +74,13 @@ class ShapeCounter:
         ]
         self._layer_macs = [macs.get(n, 0) for n, _ in layers]
         self._other_macs = max(0, macs.get("", 0) - sum(self._layer_macs))
-        in_layers = {id(p) for _, m in layers for p in m.parameters()}
-        self._other = [
-            i for i, (_, p) in enumerate(model.named_parameters()) if id(p) not in in_layers
-        ]
         # a scalar parameter gets one dimension of 1, so every parameter has a slice
         self._dims0 = np.array([d for _, s, _ in self._params for d in s or (1,)], dtype=float)
-        self._starts = np.cumsum([0] + [len(s) or 1 for _, s, _ in self._params])
+        starts = np.cumsum([0] + [len(s) or 1 for _, s, _ in self._params]).tolist()
+        #: each parameter's name, its slice of the dimensions, its bytes an element
+        self._slices = [
+            (n, starts[i], starts[i] + len(s), e) for i, (n, s, e) in enumerate(self._params)
+        ]
         self._rates = np.zeros((len(self._dims0), len(self.groups)))
         self._probed: set[str] = set()
         self.ok = all(
@@ -157,56 +157,25 @@ class ShapeCounter:
                 except Exception as err:  # a group that cannot be pruned alone: build
                     self.ok, self.mismatch = False, f"group {name!r} alone: {err}"
                     return None
-        dims = np.rint(self._dims0 - self._rates @ removed).astype(np.int64)
-        if not plan.techniques:
-            numel = np.multiply.reduceat(dims, self._starts[:-1]).tolist()
-            return self._cost(plan, dims, numel)
-        shapes = ParamShapes(
-            self.model,
-            {
-                n: (tuple(int(d) for d in dims[self._starts[i] : self._starts[i] + len(s)]), b)
-                for i, (n, s, b) in enumerate(self._params)
-            },
-        )
+        dims = np.rint(self._dims0 - self._rates @ removed).astype(np.int64).tolist()
+        shapes = ParamShapes(self.model, {n: (tuple(dims[a:b]), e) for n, a, b, e in self._slices})
         for technique in plan_techniques(plan):
             if technique.name in plan.techniques and not technique.reshape(plan, shapes):
                 return None
-        return self._reshaped_cost(plan, shapes)
+        return self._cost(plan, shapes, macs=self.counts_macs(plan))
 
-    def _cost(self, plan: CompressionPlan, dims: np.ndarray, numel: list[int]) -> Cost:
-        layers = []
-        for k, (name, kind, axis, has_bias) in enumerate(self._layers):
-            w = self._index[f"{name}.weight"]
-            w0 = math.prod(self._params[w][1])
-            layers.append(
-                layer_cost(
-                    name,
-                    kind,
-                    plan,
-                    weight_numel=numel[w],
-                    bias_numel=numel[self._index[f"{name}.bias"]] if has_bias else 0,
-                    channels=int(dims[self._starts[w] + axis]),
-                    macs=round(self._layer_macs[k] * numel[w] / w0) if w0 else 0,
-                    nonzero_weights=numel[w],
-                )
-            )
-        return total_cost(
-            layers,
-            params=sum(numel),
-            other_params=sum(numel[i] for i in self._other),
-            other_bytes=sum(numel[i] * self._params[i][2] for i in self._other),
-            macs=sum(layer.macs for layer in layers) + self._other_macs,
-        )
-
-    def _reshaped_cost(self, plan: CompressionPlan, shapes: ParamShapes) -> Cost:
-        """The size of a plan whose techniques reshaped ``shapes`` (MACs left at 0)."""
+    def _cost(self, plan: CompressionPlan, shapes: ParamShapes, *, macs: bool) -> Cost:
+        """The cost of the model whose parameters have ``shapes``: a layer whose weight
+        is gone (a dropped encoder layer) is not counted; MACs scale with each layer's
+        weight (``macs``; else left at 0)."""
         numel = {n: math.prod(s) for n, (s, _) in shapes.params.items()}
         layers, in_layers = [], set()
-        for name, kind, axis, has_bias in self._layers:
+        for k, (name, kind, axis, has_bias) in enumerate(self._layers):
             weight, bias = f"{name}.weight", f"{name}.bias"
-            if weight not in shapes:  # the layer was removed (a dropped encoder layer)
+            if weight not in shapes:
                 continue
             in_layers |= {weight, bias}
+            w0 = math.prod(self._params[self._index[weight]][1])
             layers.append(
                 layer_cost(
                     name,
@@ -215,7 +184,7 @@ class ShapeCounter:
                     weight_numel=numel[weight],
                     bias_numel=numel.get(bias, 0) if has_bias else 0,
                     channels=shapes.shape(weight)[axis],
-                    macs=0,
+                    macs=round(self._layer_macs[k] * numel[weight] / w0) if macs and w0 else 0,
                     nonzero_weights=numel[weight],
                 )
             )
@@ -225,5 +194,5 @@ class ShapeCounter:
             params=sum(numel.values()),
             other_params=sum(numel[n] for n in other),
             other_bytes=sum(numel[n] * shapes.params[n][1] for n in other),
-            macs=0,
+            macs=sum(layer.macs for layer in layers) + self._other_macs if macs else 0,
         )
