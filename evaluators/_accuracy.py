@@ -11,7 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frontier.spaces import CompressionPlan, recalibrate_bn
+from frontier.spaces import (
+    CPU,
+    Accelerator,
+    CompressionPlan,
+    model_device,
+    recalibrate_bn,
+    to_device,
+)
 
 from ._base import (
     MAXIMIZE,
@@ -60,8 +67,9 @@ def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
 def measure_accuracy(
     model: nn.Module, loader: Any, metric: Any = _top1, *, labels: list[Any] | None = None
 ) -> float:
-    """The task metric over ``loader``, each batch weighted by its size; ``labels``, if
-    given, gets each batch's targets appended (one pass over the data for both).
+    """The task metric over ``loader``, each batch weighted by its size, on the device
+    ``model`` is on; ``labels``, if given, gets each batch's targets appended (as the
+    loader gave them: one pass over the data for both).
 
     Raises:
         EvaluationError: the model's outputs are not finite (NaN or infinite): argmax
@@ -69,10 +77,12 @@ def measure_accuracy(
     """
     was = model.training
     model.eval()
+    device = model_device(model)
     total, weighted = 0, 0.0
     with torch.no_grad():
-        for i, (x, y) in enumerate(loader):
-            out = model(x)
+        for i, (x, y_given) in enumerate(loader):
+            y = to_device(y_given, device)
+            out = model(to_device(x, device))
             if isinstance(out, torch.Tensor) and not bool(torch.isfinite(out).all()):
                 model.train(was)
                 raise EvaluationError(
@@ -82,7 +92,7 @@ def measure_accuracy(
             weighted += metric(out, y) * len(y)
             total += len(y)
             if labels is not None:
-                labels.append(y)
+                labels.append(y_given)
     model.train(was)
     return weighted / max(total, 1)
 
@@ -142,11 +152,14 @@ def distill(
     seed: int,
     patience: int | None = None,
     eval_every: int = 0,
+    accelerator: Accelerator = CPU,
 ) -> list[float]:
     """Fine-tune ``student`` with knowledge distillation from ``teacher`` (left unchanged).
 
     With ``patience``, validation accuracy is checked every ``eval_every`` steps and the
     run stops after ``patience`` checks without improvement, restoring the best weights.
+    ``student`` and ``teacher`` must already be on ``accelerator``'s device; each batch
+    goes there, and the forward passes run under its autocast.
 
     Returns:
         The training loss of every step.
@@ -166,14 +179,23 @@ def distill(
     best_acc, best_state, bad = -1.0, None, 0
     batches = _cycle(loaders.train)
     for step in range(1, steps + 1):
-        x, y = next(batches)
+        x, y = to_device(next(batches), accelerator.device)
         if images and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         t_logits = None
-        if alpha > 0:  # plain fine-tuning needs no teacher
-            with torch.no_grad():
-                t_logits = teacher(x)
-        loss = kd_loss(student(x), t_logits, y, temperature=temperature, alpha=alpha)
+        with accelerator.autocast():
+            if alpha > 0:  # plain fine-tuning needs no teacher
+                with torch.no_grad():
+                    t_logits = teacher(x)
+            logits = student(x)
+        # the loss in FP32: under autocast the logits may be bf16
+        loss = kd_loss(
+            logits.float(),
+            None if t_logits is None else t_logits.float(),
+            y,
+            temperature=temperature,
+            alpha=alpha,
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -208,8 +230,10 @@ def proxy_signals(
     SNIP-style, normalised per weight: a backward pass, twice the forward's cost). With
     ``bn_batches``, batch norm statistics are re-estimated on them first (forward passes
     only). ``teacher_logits``: the teacher's outputs on ``batches`` in order, where the
-    caller keeps them (the same for every plan)."""
-    model = copy.deepcopy(model)
+    caller keeps them (the same for every plan). The signals are taken on the device
+    ``batches`` are on (a copy of ``model`` goes there)."""
+    device = next((x.device for x, _ in batches if isinstance(x, torch.Tensor)), None)
+    model = copy.deepcopy(model) if device is None else copy.deepcopy(model).to(device)
     recalibrate_bn(model, bn_batches or [])
     model.eval()
     y = torch.cat([targets for _, targets in batches])
@@ -330,7 +354,9 @@ class AccuracyEvaluator(Evaluator):
                 teacher_logits=teacher_logits,
             )
             return compressed, Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
-        student = copy.deepcopy(compressed)
+        student = context.placed(compressed)
+        if student is compressed:
+            student = copy.deepcopy(compressed)
         temperature, alpha = self._kd(candidate.plan)
         if self.fidelity == "short":
             losses = distill(
@@ -342,6 +368,7 @@ class AccuracyEvaluator(Evaluator):
                 alpha=alpha,
                 lr=self.lr,
                 seed=context.seed,
+                accelerator=context.accelerator,
             )
             value = measure_accuracy(
                 student, _first(loaders.val, self.val_samples), context.task.metric
@@ -360,6 +387,7 @@ class AccuracyEvaluator(Evaluator):
                 seed=context.seed,
                 patience=self.patience,
                 eval_every=epoch,
+                accelerator=context.accelerator,
             )
             # the test split only reports (a front member, once, at the end of a search):
             # what chooses models never reads it
@@ -373,4 +401,5 @@ class AccuracyEvaluator(Evaluator):
             "first_loss": losses[0],
             "last_loss": losses[-1],
         }
-        return student, Measurement(value, "fraction", self.fidelity, 0.0, details)
+        # back on the CPU, where the search exports the model it scored
+        return student.to("cpu"), Measurement(value, "fraction", self.fidelity, 0.0, details)

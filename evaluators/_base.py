@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from abc import ABC, abstractmethod
@@ -13,12 +14,15 @@ import torch
 from torch import nn
 
 from frontier.spaces import (
+    CPU,
+    Accelerator,
     CompressionPlan,
     Cost,
     Registry,
     ShapeCounter,
     apply_plan,
     model_cost,
+    to_device,
 )
 
 MAXIMIZE = "maximize"
@@ -77,6 +81,9 @@ class EvalContext:
         seed: seed of every random choice an evaluator makes.
         space: the search space, if any: costs of plans that only prune and set bit
             widths are then counted from shapes (``ShapeCounter``), not from a build.
+        accelerator: where models train and are scored (fine-tuning, distillation,
+            proxies, validation). Plans are applied, costed and exported on the CPU;
+            ``teacher`` stays there, and a copy on the accelerator serves the rest.
     """
 
     task: Any
@@ -84,24 +91,45 @@ class EvalContext:
     latency: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     space: Any = None
+    accelerator: Accelerator = CPU
     _counter: ShapeCounter | None = field(default=None, repr=False)
     _no_counter: bool = field(default=False, repr=False)
     _structure_counts: int = field(default=0, repr=False)
     _calibration: list[Any] | None = field(default=None, repr=False)
     _proxy: tuple[list[Any], Any] | None = field(default=None, repr=False)
     _soft_teacher: nn.Module | None = field(default=None, repr=False)
+    _placed_teacher: nn.Module | None = field(default=None, repr=False)
 
     @property
     def example_inputs(self) -> Any:
         return self.task.example_inputs()
 
     @property
+    def device(self) -> str:
+        """The accelerator's torch device."""
+        return self.accelerator.device
+
+    def placed(self, model: nn.Module) -> nn.Module:
+        """``model`` on the accelerator: itself on the CPU, else a copy there (the
+        original stays on the CPU, where plans are applied and exported)."""
+        return model if self.device == "cpu" else copy.deepcopy(model).to(self.device)
+
+    @property
+    def teacher_placed(self) -> nn.Module:
+        """The teacher on the accelerator (a copy made once; the teacher on the CPU)."""
+        if self._placed_teacher is None:
+            self._placed_teacher = self.placed(self.teacher)
+        return self._placed_teacher
+
+    @property
     def soft_teacher(self) -> nn.Module:
-        """What distillation takes soft targets from: the task's ``soft_teacher()`` where
-        it has one (the same logits, answered from a cache), else the teacher."""
+        """What distillation takes soft targets from, on the accelerator: the task's
+        ``soft_teacher()`` where it has one (the same logits, answered from a cache),
+        else the teacher."""
         if self._soft_teacher is None:
             found = getattr(self.task, "soft_teacher", None)  # optional (Task's default)
-            self._soft_teacher = (found() if callable(found) else None) or self.teacher
+            soft = found() if callable(found) else None
+            self._soft_teacher = self.placed(soft) if soft is not None else self.teacher_placed
         return self._soft_teacher
 
     def calibration(self) -> list[Any]:
@@ -112,15 +140,17 @@ class EvalContext:
     def proxy_data(self) -> tuple[list[Any], Any]:
         """The proxy fidelity's held-out data (the first 256 validation samples, as the
         task's ``proxy_batches`` cuts them) and the teacher's outputs on it, in the same
-        order, computed once: ``(batches, teacher_logits)``."""
+        order, computed once: ``(batches, teacher_logits)``, both on the accelerator."""
         if self._proxy is None:
             found = getattr(self.task, "proxy_batches", None)  # optional (Task's default)
             if callable(found):
                 batches = list(found())
             else:
                 batches = [next(iter(self.task.loaders(batch_size=256).val))]
+            batches = [to_device(b, self.device) for b in batches]
+            teacher = self.teacher_placed
             with torch.no_grad():
-                self._proxy = (batches, torch.cat([self.teacher(x) for x, _ in batches]))
+                self._proxy = (batches, torch.cat([teacher(x) for x, _ in batches]))
         return self._proxy
 
     def compressed(self, candidate: Candidate) -> nn.Module:

@@ -31,7 +31,7 @@ from ._tasks import (
 )
 from ._text import TextRecipe, TextTask, train_text_model
 from ._text_data import load_bert, read_corpus, tokenize
-from ._training import evaluate, fit, progress_bar
+from ._training import accelerator, evaluate, fit, pin_memory, progress_bar, use_accelerator
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -55,6 +55,7 @@ __all__ = [
     "TaskError",
     "TextRecipe",
     "TextTask",
+    "accelerator",
     "adapt_model",
     "build_task",
     "builtin_configs",
@@ -65,6 +66,7 @@ __all__ = [
     "load_digits_splits",
     "load_idx_split",
     "load_weights",
+    "pin_memory",
     "progress_bar",
     "read_corpus",
     "read_idx",
@@ -76,5 +78,6 @@ __all__ = [
     "train_classifier",
     "train_idx_model",
     "train_text_model",
+    "use_accelerator",
     "write_idx",
 ]

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
 
 from ._tasks import Loaders, Task, TaskError, register_task
-from ._training import fit
+from ._training import fit, pin_memory
 
 logger = logging.getLogger(__name__)
 
@@ -188,12 +188,17 @@ class DigitsTask(Task):
     def loaders(self, *, batch_size: int = 128) -> Loaders:
         s = self.splits()
         gen = torch.Generator().manual_seed(self.seed)
+        pin = pin_memory()
         return Loaders(
             train=DataLoader(
-                TensorDataset(*s["train"]), batch_size=batch_size, shuffle=True, generator=gen
+                TensorDataset(*s["train"]),
+                batch_size=batch_size,
+                shuffle=True,
+                generator=gen,
+                pin_memory=pin,
             ),
-            val=DataLoader(TensorDataset(*s["val"]), batch_size=batch_size),
-            test=DataLoader(TensorDataset(*s["test"]), batch_size=batch_size),
+            val=DataLoader(TensorDataset(*s["val"]), batch_size=batch_size, pin_memory=pin),
+            test=DataLoader(TensorDataset(*s["test"]), batch_size=batch_size, pin_memory=pin),
         )
 
     def example_inputs(self) -> torch.Tensor:

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from frontier.spaces import recalibrate_bn
 
 from ._tasks import Loaders, Task, TaskError, register_task
+from ._training import pin_memory
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -142,14 +143,19 @@ class ImageFolderTask(Task):
 
     def loaders(self, *, batch_size: int = 64) -> Loaders:
         gen = torch.Generator().manual_seed(self.seed)
+        pin = pin_memory()
         has_test = self.root is None or (self.root / "test").is_dir()
         test_split = "test" if has_test else "val"
         return Loaders(
             train=DataLoader(
-                self._dataset("train"), batch_size=batch_size, shuffle=True, generator=gen
+                self._dataset("train"),
+                batch_size=batch_size,
+                shuffle=True,
+                generator=gen,
+                pin_memory=pin,
             ),
-            val=DataLoader(self._dataset("val"), batch_size=batch_size),
-            test=DataLoader(self._dataset(test_split), batch_size=batch_size),
+            val=DataLoader(self._dataset("val"), batch_size=batch_size, pin_memory=pin),
+            test=DataLoader(self._dataset(test_split), batch_size=batch_size, pin_memory=pin),
         )
 
     def example_inputs(self) -> torch.Tensor:

@@ -10,6 +10,7 @@ ONNX export and its latency tables take ``[batch, length]`` ids.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ from ._text_data import (
     read_corpus,
     tokenize,
 )
-from ._training import evaluate, fit, progress_bar
+from ._training import accelerator, evaluate, fit, pin_memory, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def train_text_model(
 def _row_key(row: torch.Tensor) -> bytes:
     """A text's identity: its ids without the padding (batches are cut to their longest
     text, so the same text arrives with more or less padding)."""
-    return row[: int((row != 0).sum())].numpy().tobytes()
+    return row[: int((row != 0).sum())].cpu().numpy().tobytes()
 
 
 class CachedLogits(nn.Module):
@@ -162,16 +163,19 @@ class CachedLogits(nn.Module):
     seen goes to the teacher). Distillation asks it for the same training texts again
     and again; a student step then costs no teacher forward pass."""
 
+    logits: torch.Tensor
+
     def __init__(self, teacher: nn.Module, ids: torch.Tensor, logits: torch.Tensor) -> None:
         super().__init__()
         self.teacher = teacher
-        self.logits = logits
+        # a buffer, so the cache moves with the module to a trial's GPU
+        self.register_buffer("logits", logits, persistent=False)
         self.index = {_row_key(r): i for i, r in enumerate(ids)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = [self.index.get(_row_key(r)) for r in x]
+        rows = [self.index.get(_row_key(r)) for r in x.cpu()]
         if all(i is not None for i in rows):
-            return self.logits[torch.tensor(rows)]
+            return self.logits[torch.tensor(rows, device=self.logits.device)]
         with torch.no_grad():
             return self.teacher(x)
 
@@ -183,13 +187,15 @@ def teacher_logits(
     their longest text, so padding costs nothing)."""
     order = torch.argsort((ids != 0).sum(1))
     start = time.perf_counter()
-    teacher.eval()
+    device = accelerator().device
+    run = teacher if device == "cpu" else copy.deepcopy(teacher).to(device)  # on its GPU
+    run.eval()
     with torch.no_grad():
         chunks = []
         for i in range(0, len(ids), batch_size):
             rows = order[i : i + batch_size]
             batch, _ = trim([(ids[r], torch.tensor(0)) for r in rows])
-            chunks.append(teacher(batch))
+            chunks.append(run(batch.to(device)).float().cpu())
         logits = torch.cat(chunks)
     out = torch.empty_like(logits)
     out[order] = logits
@@ -321,12 +327,14 @@ class TextTask(Task):
         s = self.splits()
         gen = torch.Generator().manual_seed(self.seed)
 
+        pin = pin_memory()
+
         def loader(split: str, shuffle: bool) -> DataLoader[Any]:
             data = TensorDataset(*s[split])
             if shuffle:
                 batches = LengthBatches(s[split][0], batch_size, gen)
-                return DataLoader(data, batch_sampler=batches, collate_fn=trim)
-            return DataLoader(data, batch_size=batch_size, collate_fn=trim)
+                return DataLoader(data, batch_sampler=batches, collate_fn=trim, pin_memory=pin)
+            return DataLoader(data, batch_size=batch_size, collate_fn=trim, pin_memory=pin)
 
         return Loaders(
             train=loader("train", True), val=loader("val", False), test=loader("test", False)

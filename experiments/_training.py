@@ -1,27 +1,60 @@
 """The one training loop the built-in tasks share: epochs of optimiser steps, the model
 scored on the validation split after each, the best epoch's weights kept. Each task
-brings its batches, optimiser, schedule and loss."""
+brings its batches, optimiser, schedule and loss.
+
+The loop trains on this process's accelerator (``accelerator()``: the CPU unless the
+search set another with ``use_accelerator``), and hands the model back on the CPU,
+where export, costs and device tables want it."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from frontier.spaces import CPU, Accelerator, model_device, to_device
+
+_ACCELERATOR = [CPU]
+
+
+def accelerator() -> Accelerator:
+    """Where this process trains and scores models (the CPU unless a search set one):
+    what a task's ``baseline()`` may train on, and whether its loaders should pin
+    memory (``pin_memory``)."""
+    return _ACCELERATOR[-1]
+
+
+@contextlib.contextmanager
+def use_accelerator(found: Accelerator) -> Iterator[Accelerator]:
+    """Train and score on ``found`` inside the block (a search's worker holds one GPU)."""
+    _ACCELERATOR.append(found)
+    try:
+        yield found
+    finally:
+        _ACCELERATOR.pop()
+
+
+def pin_memory() -> bool:
+    """Whether loaders should pin their batches: only where they go to a GPU."""
+    return accelerator().is_cuda
+
 
 def evaluate(model: nn.Module, loader: DataLoader[Any]) -> float:
-    """Top-1 accuracy of ``model`` over ``loader``."""
+    """Top-1 accuracy of ``model`` over ``loader``, on the device the model is on."""
     was_training = model.training
     model.eval()
+    device = model_device(model)
     correct = total = 0
     with torch.no_grad():
         for x, y in loader:
-            correct += int((model(x).argmax(dim=-1) == y).sum())
+            out = model(to_device(x, device))
+            correct += int((out.argmax(dim=-1).cpu() == y).sum())
             total += len(y)
     model.train(was_training)
     return correct / max(total, 1)
@@ -42,8 +75,9 @@ def fit(
     label: str = "",
 ) -> float:
     """Train ``model`` for ``epochs`` and keep the weights of its best validation epoch
-    (the first best on a tie); returns that epoch's validation accuracy. The model ends
-    in eval mode.
+    (the first best on a tie); returns that epoch's validation accuracy. It trains on
+    ``accelerator()`` (``opt`` must hold ``model``'s own parameters: they move with it)
+    and ends on the CPU, in eval mode.
 
     Args:
         batches: ``epoch -> (inputs, targets)`` batches of that epoch.
@@ -56,11 +90,16 @@ def fit(
     """
     best, best_state = -1.0, None
     start, step = time.perf_counter(), 0
+    on = accelerator()
+    _move(model, opt, on.device)
     for epoch in range(epochs):
         model.train()
         for x, y in batches(epoch):
+            x, y = to_device(x, on.device), to_device(y, on.device)
             opt.zero_grad()
-            loss_fn(model(x), y).backward()
+            with on.autocast():
+                loss = loss_fn(model(x), y)
+            loss.backward()
             if clip_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
             opt.step()
@@ -84,8 +123,22 @@ def fit(
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if best_state is not None:
         model.load_state_dict(best_state)
+    _move(model, opt, "cpu")
     model.eval()
     return best
+
+
+def _move(model: nn.Module, opt: torch.optim.Optimizer, device: str) -> None:
+    """``model`` and ``opt``'s state to ``device``. ``Module.to`` keeps each parameter
+    object (it moves ``.data``), so the optimiser's parameters move with the model; its
+    state (momenta) is moved here. Nothing is copied where it is already there."""
+    if model_device(model) == torch.device(device):
+        return
+    model.to(device)
+    for state in opt.state.values():
+        for k, v in state.items():
+            if isinstance(v, torch.Tensor) and v.dim() > 0:
+                state[k] = v.to(device)
 
 
 def progress_bar(total: int, label: str) -> Callable[[int], None]:

@@ -20,7 +20,13 @@ from types import ModuleType
 from typing import Any
 
 from ._config import Config
-from ._evaluation import Evaluation, TrialResult, evaluate_job, evaluate_ray_job
+from ._evaluation import (
+    Evaluation,
+    TrialResult,
+    evaluate_job,
+    evaluate_ray_job,
+    set_worker_slot,
+)
 from ._registries import BACKENDS, backend_names, register_backend
 from ._storage import SearchError
 
@@ -87,7 +93,8 @@ class _Attempt:
 class LocalProcesses(Backend):
     """N worker processes on this machine (``--workers N``). A worker that dies
     mid-trial (killed, out of memory) breaks the pool: it is rebuilt and the trials it
-    was running are retried, up to ``max_retries`` times each."""
+    was running are retried, up to ``max_retries`` times each. Each worker takes a slot
+    (0, 1, ...), and with it a GPU round-robin (``backend.accelerator``)."""
 
     name = "local"
 
@@ -101,8 +108,12 @@ class LocalProcesses(Backend):
         self._pool = self._new_pool()
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
+        context = multiprocessing.get_context("spawn")
         return cf.ProcessPoolExecutor(
-            max_workers=self.slots, mp_context=multiprocessing.get_context("spawn")
+            max_workers=self.slots,
+            mp_context=context,
+            initializer=set_worker_slot,
+            initargs=(context.Value("i", 0),),
         )
 
     def _start(self, job: Job) -> cf.Future[TrialResult]:

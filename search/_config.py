@@ -222,6 +222,12 @@ class BackendSection(_Section):
     max_retries: int = Field(default=2, ge=0)
     #: torch intra-op threads per trial (docs/search.md, "Threads"); None keeps torch's default
     threads_per_trial: int | None = Field(default=1, ge=1)
+    #: where trials train and are scored: ``auto`` (a GPU where the trial's worker has
+    #: one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N`` (docs/search.md, "Accelerators")
+    accelerator: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    #: bf16 autocast of training forward passes: ``auto`` (on a GPU that supports it,
+    #: off on the CPU), ``bf16`` or ``off``
+    mixed_precision: Literal["auto", "bf16", "off"] = "auto"
 
     @field_validator("kind")
     @classmethod

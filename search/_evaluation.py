@@ -4,6 +4,7 @@ the devices' latency models, built from a config (in the driver and in each work
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 import warnings
@@ -14,8 +15,9 @@ from typing import Any
 
 from torch import nn
 
-from frontier.spaces import CompressionPlan, SearchSpace
+from frontier.spaces import Accelerator, CompressionPlan, SearchSpace
 
+from ._accelerator import ray_gpus, resolve
 from ._config import Config, config_from_json
 from ._pareto import Objective
 
@@ -38,6 +40,8 @@ class TrialResult:
         export_error: why that export failed ("" when it did not); the trial stands.
         export_s: seconds the export took (not in ``wall_s``).
         node: the address of the cluster node that scored it ("" outside Ray).
+        device: the accelerator that trained and scored it (``Accelerator.describe``:
+            ``cpu``, ``cuda:0 (NVIDIA H200, bf16)``).
     """
 
     values: dict[str, float]
@@ -49,6 +53,7 @@ class TrialResult:
     export_error: str = ""
     export_s: float = 0.0
     node: str = ""
+    device: str = ""
 
 
 @contextlib.contextmanager
@@ -83,6 +88,9 @@ class Evaluation:
             resolves them (``resolve_tables``: measures ``local-cpu`` the first time).
             The driver resolves them and hands them to Ray workers with each trial.
         store: the DeviceStore to resolve tables from.
+        accelerator: where this process trains and scores (``backend.accelerator``
+            resolved here: a worker is handed its own); None resolves it for the driver
+            (``driver_accelerator``).
     """
 
     def __init__(
@@ -92,15 +100,18 @@ class Evaluation:
         store: Any = None,
         *,
         check_teacher: bool = False,
+        accelerator: Accelerator | None = None,
     ) -> None:
         from frontier.evaluators import EvalContext
-        from frontier.experiments import build_task, task_baseline
+        from frontier.experiments import build_task, task_baseline, use_accelerator
         from frontier.latency_models import LatencyModel
         from frontier.spaces import discover
 
         self.config = config
+        self.accelerator = accelerator or driver_accelerator(config)
         self.task = build_task(config.task.name, **config.task.options)
-        self.teacher, self.example = task_baseline(self.task, config.task.name)
+        with use_accelerator(self.accelerator):
+            self.teacher, self.example = task_baseline(self.task, config.task.name)
         self.metrics = config.metric_names()
         self.rungs = list(config.search.fidelity.rungs)
         self._teacher_accuracy: float | None = None
@@ -108,6 +119,13 @@ class Evaluation:
         self.warnings: list[str] = []
         #: what this search cannot measure (an untrained task), printed and recorded
         self.notes: list[str] = list(getattr(self.task, "limitations", list)())  # optional hook
+        # the space and the latency models join it below; checking the teacher needs it
+        self.context = EvalContext(
+            task=self.task,
+            teacher=self.teacher,
+            seed=config.search.seed,
+            accelerator=self.accelerator,
+        )
         if check_teacher:
             self._check_teacher()
         with warnings.catch_warnings(record=True) as caught:
@@ -119,21 +137,14 @@ class Evaluation:
                 config, (self.task, self.teacher, self.example, self.space), store
             )
         self.tables = dict(tables)
-        latency = {}
         for name in config.device_names():
             if name not in tables:
                 raise ValueError(f"no device table for {name!r}")
             offload = tables[name].device_meta.offload_device
             lm = LatencyModel(tables[name], offload=tables.get(offload) if offload else None)
             lm.bind(self.teacher, self.example, self.space)
-            latency[name] = lm
-        self.context = EvalContext(
-            task=self.task,
-            teacher=self.teacher,
-            latency=latency,
-            seed=config.search.seed,
-            space=self.space,
-        )
+            self.context.latency[name] = lm
+        self.context.space = self.space
         if not getattr(self.task, "trained", True) and self.rungs != ["proxy"]:
             self.rungs = ["proxy"]
         self._evaluators: dict[tuple[str, str], Any] = {}
@@ -219,6 +230,7 @@ class Evaluation:
                 values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
         values = {n: values[n] for n in names}
         result = TrialResult(values, fidelity, details, time.perf_counter() - start)
+        result.device = self.accelerator.describe()
         if export and candidate.scored is not None:
             start = time.perf_counter()
             try:
@@ -325,7 +337,10 @@ class Evaluation:
         if self._teacher_accuracy is None:
             self._val_labels = []
             self._teacher_accuracy = measure_accuracy(
-                self.teacher, self.task.loaders().val, self.task.metric, labels=self._val_labels
+                self.context.teacher_placed,
+                self.task.loaders().val,
+                self.task.metric,
+                labels=self._val_labels,
             )
         return self._teacher_accuracy
 
@@ -440,29 +455,70 @@ def resolve_tables(
     return tables
 
 
-_WORKER_CACHE: dict[str, Evaluation] = {}
+def driver_accelerator(config: Config) -> Accelerator:
+    """The driver's accelerator: where trials run in the driver (one local worker),
+    ``backend.accelerator`` as it says (``cuda`` without a GPU is an error); where they
+    run in workers, a GPU the driver has for the baseline, else the CPU."""
+    b = config.backend
+    in_driver = b.kind == "local" and b.workers == 1
+    return resolve(
+        b.accelerator, b.mixed_precision, required=in_driver, where="the search's own process"
+    )
+
+
+#: this worker process's slot (``LocalProcesses`` numbers its workers 0, 1, ...)
+_WORKER_SLOT = [0]
+_WORKER_CACHE: dict[tuple[str, Accelerator], Evaluation] = {}
+
+
+def set_worker_slot(counter: Any) -> None:
+    """A ``--workers N`` process's initializer: take the next slot of ``counter`` (a
+    shared ``multiprocessing.Value``), which picks its GPU round-robin."""
+    with counter.get_lock():
+        _WORKER_SLOT[0] = counter.value
+        counter.value += 1
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_config(config_json: str) -> Config:
+    return config_from_json(config_json, source="the worker's config")
 
 
 def evaluate_job(
-    config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int | str
+    config_json: str,
+    tables: Mapping[str, Any],
+    plan: dict[str, Any],
+    rung: int | str,
+    *,
+    gpus: int | None = None,
 ) -> TrialResult:
-    """The unit of work a worker runs: score one plan. The Evaluation is built once
-    per worker process and config, then reused."""
-    evaluation = _WORKER_CACHE.get(config_json)
+    """The unit of work a worker runs: score one plan, on the accelerator this worker
+    resolves (``gpus``: how many GPUs it may use; None: every one PyTorch sees). The
+    Evaluation is built once per worker process, config and accelerator, then reused."""
+    config = _worker_config(config_json)
+    b = config.backend
+    found = resolve(
+        b.accelerator,
+        b.mixed_precision,
+        slot=_WORKER_SLOT[0],
+        gpus=gpus,
+        where=f"worker {_WORKER_SLOT[0]}" if gpus is None else "this Ray task",
+    )
+    evaluation = _WORKER_CACHE.get((config_json, found))
     if evaluation is None:
-        config = config_from_json(config_json, source="the worker's config")
-        evaluation = Evaluation(config, tables)
+        evaluation = Evaluation(config, tables, accelerator=found)
         _WORKER_CACHE.clear()
-        _WORKER_CACHE[config_json] = evaluation
+        _WORKER_CACHE[(config_json, found)] = evaluation
     return evaluation.run_job(plan, rung)
 
 
 def evaluate_ray_job(
     config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int | str
 ) -> TrialResult:
-    """``evaluate_job`` as a Ray task: the result says which node scored it."""
+    """``evaluate_job`` as a Ray task, on the GPU Ray assigned to it (none where
+    ``backend.gpus_per_trial`` is 0): the result says which node scored it."""
     import ray
 
-    result = evaluate_job(config_json, tables, plan, rung)
+    result = evaluate_job(config_json, tables, plan, rung, gpus=ray_gpus())
     result.node = ray.util.get_node_ip_address()
     return result

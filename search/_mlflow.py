@@ -184,6 +184,8 @@ class MlflowCallback(Callback):
             tags[Tag.ERROR] = record.error[:5000]
         if record.node:
             tags[Tag.NODE] = record.node
+        if record.device:
+            tags[Tag.TRAIN_DEVICE] = record.device
         values = record.values(0) if record.state == "complete" else {}
         if values:
             tags[Tag.FEASIBLE] = str(search.front.feasible(record.values())).lower()

@@ -54,6 +54,8 @@ class Tag:
     FEASIBLE = "frontier.feasible"
     ERROR = "frontier.error"
     NODE = "frontier.node"  # the cluster node that scored the trial (Ray)
+    #: the accelerator that trained and scored the trial (``cpu``, ``cuda:0 (NVIDIA H200)``)
+    TRAIN_DEVICE = "frontier.train_device"
     RUNG = "frontier.rung"
     RUNG_INDEX = "frontier.rung_index"
     ONNX_PRECISION = "frontier.onnx_precision"

@@ -16,7 +16,14 @@ from ._export import (
     onnx_module_name,
     quantize_onnx_int8,
 )
-from ._forward import SpaceError, recalibrate_bn
+from ._forward import (
+    CPU,
+    Accelerator,
+    SpaceError,
+    model_device,
+    recalibrate_bn,
+    to_device,
+)
 from ._param_shapes import ParamShapes
 from ._plan import (
     IMPORTANCE_CRITERIA,
@@ -81,6 +88,7 @@ from ._uniform import uniform_params
 __all__ = [
     "CNN",
     "CNN_CHANNELS",
+    "CPU",
     "DROPPED",
     "IMPORTANCE_CRITERIA",
     "MINILM",
@@ -89,6 +97,7 @@ __all__ = [
     "PLAN_FORMAT_VERSION",
     "SUPPORTED_BITS",
     "SWAP_ACTIVATIONS",
+    "Accelerator",
     "ActivationSwap",
     "ApplyContext",
     "ApplyError",
@@ -138,6 +147,7 @@ __all__ = [
     "keep_heads",
     "kept_channels",
     "model_cost",
+    "model_device",
     "onnx_module_name",
     "plan_techniques",
     "quant_bits",
@@ -150,6 +160,7 @@ __all__ = [
     "student_shape",
     "swap_activations",
     "technique_names",
+    "to_device",
     "uniform_params",
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import Any
 
 from .._config import parse_overrides
@@ -74,6 +75,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
         "--export picked/"
     )
+    devices = Counter(r.device for r in search.records.values() if r.device)
+    if devices:
+        print(
+            "trials trained and scored on: "
+            + ", ".join(f"{d} ({n} trials)" for d, n in devices.most_common())
+        )
     saved = search.summary
     if "promotion_saved_s" in saved:
         top = max(search.timing.rung_s)
