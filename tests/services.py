@@ -158,3 +158,45 @@ def mlflow_server(folder: Path, backend_store_uri: str | None = None) -> Iterato
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+
+
+def ray_node_processes(temp_dir: Path, address: str | None = None) -> list:
+    """Every process of the Ray node this test started with ``ray start
+    --temp-dir=temp_dir``: its daemons name that folder (a test's own) in their command
+    lines, the head's client server names its ``address``, and its workers are their
+    children. Nothing of another Ray on this machine matches."""
+    import psutil
+
+    marks = [str(temp_dir)] + ([f"--address={address}"] if address else [])
+    found: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if p.pid != os.getpid() and any(m in cmdline for m in marks):
+            found[p.pid] = p
+            try:
+                found.update({c.pid: c for c in p.children(recursive=True)})
+            except psutil.Error:
+                continue
+    return list(found.values())
+
+
+def stop_ray_node(temp_dir: Path, address: str | None = None, *, timeout_s: float = 5) -> int:
+    """Stop the node ``ray_node_processes`` finds, by process id (SIGTERM, then SIGKILL
+    what is left after ``timeout_s``), never with ``ray stop``, which stops every Ray
+    node of the machine, a user's own too. Returns how many processes it signalled."""
+    import psutil
+
+    procs = ray_node_processes(temp_dir, address)
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=timeout_s)
+    return len(procs)

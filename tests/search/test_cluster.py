@@ -22,7 +22,7 @@ from frontier.search import run
 from frontier.search.cli import main
 from tests import services
 from tests.search.test_plugins import PLUGIN
-from tests.services import bin_path, free_port
+from tests.services import bin_path, free_port, ray_node_processes, stop_ray_node
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +104,10 @@ def test_a_missing_ray_token_says_how_to_give_one(
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A head on 127.0.0.2 with a temp folder of this test's own, by which its processes
+    are found and stopped by id (a user's own Ray on this machine survives):
+    ``address`` and ``temp``."""
     port = free_port("127.0.0.2")
     temp = tmp_path_factory.mktemp("ray")
     import secrets
@@ -121,12 +124,12 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
     old = {k: os.environ.get(k) for k in auth}
     os.environ.update(auth)
-    yield f"127.0.0.2:{port}"
+    yield {"address": f"127.0.0.2:{port}", "temp": str(temp)}
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
-    subprocess.run([bin_path("ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+    stop_ray_node(temp, f"127.0.0.2:{port}")
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
@@ -134,33 +137,42 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             os.environ[k] = v
 
 
-def _kill_one_busy_worker(stop: threading.Event, killed: list[int]) -> None:
+def _kill_one_busy_worker(temp: Path, stop: threading.Event, killed: list[int]) -> None:
+    """SIGKILL one worker of the test's own head (``--temp-dir=temp``) while it scores a
+    trial; another Ray's workers on this machine are never touched."""
     import psutil
 
     while not stop.is_set() and not killed:
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            cmdline = " ".join(p.info["cmdline"] or [])
-            if cmdline.startswith("ray::evaluate_"):
+        for p in ray_node_processes(temp):
+            try:
+                busy = " ".join(p.cmdline()).startswith("ray::evaluate_")
+            except psutil.Error:
+                continue
+            if busy:
                 time.sleep(0.3)  # mid-trial, not at its first instruction
                 try:
                     p.send_signal(signal.SIGKILL)
-                    killed.append(p.info["pid"])
+                    killed.append(p.pid)
                 except psutil.NoSuchProcess:
                     continue
                 return
         time.sleep(0.02)
 
 
-def test_ray_cluster_search_survives_a_killed_worker(write_config, ray_head: str) -> None:
+def test_ray_cluster_search_survives_a_killed_worker(
+    write_config, ray_head: dict[str, str]
+) -> None:
     path = write_config(
         objectives=[{"name": "accuracy", "options": {"steps": 200}}, "size_bytes"],
         constraints=["size_bytes <= 30000"],
     )
     stop, killed = threading.Event(), []
-    killer = threading.Thread(target=_kill_one_busy_worker, args=(stop, killed), daemon=True)
+    killer = threading.Thread(
+        target=_kill_one_busy_worker, args=(Path(ray_head["temp"]), stop, killed), daemon=True
+    )
     killer.start()
     try:
-        result = run(path, trials=8, address=ray_head, progress=False)
+        result = run(path, trials=8, address=ray_head["address"], progress=False)
     finally:
         stop.set()
         killer.join(timeout=5)
@@ -189,7 +201,7 @@ REMOTE_TECHNIQUE = PLUGIN.replace('"bias-off"', '"bias-off-remote"')
 
 
 def test_the_users_task_and_technique_travel_to_the_cluster(
-    write_config, workdir: Path, ray_head: str, monkeypatch: pytest.MonkeyPatch
+    write_config, workdir: Path, ray_head: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The head's workers were started without this folder on their path: the task module
     and the plugin reach them with each task (Ray's runtime_env py_modules)."""
@@ -206,7 +218,7 @@ def test_the_users_task_and_technique_travel_to_the_cluster(
         constraints=[],
         search={"anchors": False, "seed": 1},
     )
-    result = run(path, trials=4, address=ray_head, progress=False)
+    result = run(path, trials=4, address=ray_head["address"], progress=False)
     trials = result.study.trials
     assert [t.state.name for t in trials].count("COMPLETE") == 4, result.trials.error.tolist()
     assert any(t.user_attrs["plan"].get("techniques", {}).get("bias-off-remote") for t in trials)

@@ -1,6 +1,7 @@
 """A search on a Ray cluster of two nodes, started as a user starts them (`ray start`)
-on two loopback addresses, one of which dies mid-search. A module of its own: its
-fixture ends with `ray stop`, which stops every Ray node of this machine."""
+on two loopback addresses, one of which dies mid-search. Each node has a temp folder of
+this test's own; its processes are found by it and stopped by id (not by Ray's stop command,
+which would stop a user's Ray on this machine too)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from frontier.search import open_storage
-from tests.services import bin_path, free_port
+from tests.services import bin_path, free_port, ray_node_processes, stop_ray_node
 
 pytestmark = pytest.mark.slow
 
@@ -47,37 +48,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         subprocess.run(head, env=env, check=True, capture_output=True, timeout=120)
         subprocess.run(second, env=env, check=True, capture_output=True, timeout=120)
         os.environ.update(auth)
-        yield {"address": f"{HEAD_IP}:{port}", "jobs": f"http://{HEAD_IP}:{dashboard}"}
+        yield {
+            "address": f"{HEAD_IP}:{port}",
+            "jobs": f"http://{HEAD_IP}:{dashboard}",
+            "second_temp": str(temp2),
+        }
     finally:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([bin_path("ray"), "stop", "--force"], env=env, capture_output=True,
-                       timeout=120)  # fmt: skip
+        stop_ray_node(temp2)
+        stop_ray_node(temp, f"{HEAD_IP}:{port}")
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _node_processes(ip: str) -> list:
-    """Every process of the node at ``ip``: its daemons name the address, its workers
-    are the raylet's children."""
-    import psutil
-
-    procs = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(p.info["cmdline"] or [])
-        if ip in cmdline and p.pid != os.getpid():
-            procs.append(p)
-            if "raylet" in cmdline:
-                try:
-                    procs += p.children(recursive=True)
-                except psutil.Error:
-                    continue
-    return procs
 
 
 def _finished_on(journal: Path, ip: str) -> bool:
@@ -94,24 +81,24 @@ def _finished_on(journal: Path, ip: str) -> bool:
 
 
 def _lose_the_node_mid_trial(
-    ip: str, journal: Path, stop: threading.Event, lost: list[float]
+    ip: str, temp: Path, journal: Path, stop: threading.Event, lost: list[float]
 ) -> None:
-    """Kill every process of the node at ``ip`` (SIGKILL: a machine that vanished) once
-    it has finished a trial and one of its workers has been scoring the next for a
-    moment."""
+    """Kill every process of the node at ``ip`` (started with ``--temp-dir=temp``;
+    SIGKILL: a machine that vanished) once it has finished a trial and one of its
+    workers has been scoring the next for a moment."""
     import psutil
 
     while not stop.is_set() and not _finished_on(journal, ip):
         time.sleep(0.1)
     busy_since: dict[int, float] = {}
     while not stop.is_set():
-        for p in _node_processes(ip):
+        for p in ray_node_processes(temp):
             try:
                 busy = " ".join(p.cmdline()).startswith("ray::evaluate_")
             except psutil.Error:
                 continue
             if busy and time.monotonic() - busy_since.setdefault(p.pid, time.monotonic()) > 0.3:
-                for q in _node_processes(ip):
+                for q in ray_node_processes(temp):
                     with contextlib.suppress(psutil.Error):
                         q.send_signal(signal.SIGKILL)
                 lost.append(time.monotonic())
@@ -181,7 +168,13 @@ def test_trials_spread_over_two_nodes_and_survive_losing_one(
     stop, lost = threading.Event(), []
     killer = threading.Thread(
         target=_lose_the_node_mid_trial,
-        args=(SECOND_IP, workdir / "frontier-optuna.journal", stop, lost),
+        args=(
+            SECOND_IP,
+            Path(cluster["second_temp"]),
+            workdir / "frontier-optuna.journal",
+            stop,
+            lost,
+        ),
         daemon=True,
     )
     killer.start()
