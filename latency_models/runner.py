@@ -687,23 +687,41 @@ def measure_bundle(
     return out
 
 
+def at_least(minimum: float, kind: type = int) -> Any:
+    """An argparse ``type``: a number (``kind``) no smaller than ``minimum``, or the
+    option's error naming the rule and the value (exit 2, no traceback)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be {'a whole number' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     """The measuring options, shared by this runner and ``frontier lut measure``."""
     parser.add_argument("bundle", help="the ops.zip bundle")
     parser.add_argument("--device", required=True, help="a name for this device, e.g. pi4")
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
     parser.add_argument("--provider", default="CPUExecutionProvider")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--threads", type=at_least(1), default=1)
+    parser.add_argument("--batch-size", type=at_least(1), default=1)
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=at_least(1),
         default=ROUNDS,
         help=f"rounds of the timing protocol: each visits every model (default {ROUNDS})",
     )
     parser.add_argument(
         "--round-s",
-        type=float,
+        type=at_least(0.001, float),
         default=ROUND_S,
         help=f"seconds each round times a model, back to back (default {ROUND_S})",
     )

@@ -413,9 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", required=True, help="a name for this device, e.g. h200")
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
     parser.add_argument("--torch-device", default="cuda", help="cuda (default), cuda:1, cpu")
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=runner.ROUNDS)
-    parser.add_argument("--round-s", type=float, default=runner.ROUND_S)
+    parser.add_argument("--batch-size", type=runner.at_least(1), default=1)
+    parser.add_argument("--rounds", type=runner.at_least(1), default=runner.ROUNDS)
+    parser.add_argument("--round-s", type=runner.at_least(0.001, float), default=runner.ROUND_S)
     args = parser.parse_args(argv)
     return runner.report_measure(
         lambda: runner.measure_bundle(

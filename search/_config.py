@@ -497,10 +497,16 @@ def load_config(name_or_path: str | Path) -> Config:
                 f"built-in: {', '.join(builtins) or 'none'}"
             )
         path = builtins[str(name_or_path)]
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; give the config file (YAML) in it")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except DuplicateKeyError as err:
+        raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (UTF-8 YAML); is it the config?") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err}") from err
     if data is None:
@@ -508,4 +514,31 @@ def load_config(name_or_path: str | Path) -> Config:
             f"{path}: the file is empty; a config names at least its task and objectives "
             "(`frontier experiments list` shows built-in ones to start from)"
         )
-    return parse_config(data, source=str(path))
+    config = parse_config(data, source=str(path))  # the fields' own errors first
+    if "task" not in data:
+        raise ConfigError(
+            f"{path}: no task: a config names the model and data it compresses, e.g. "
+            "`task: {name: digits}` or `task: {name: my_pkg.tasks:build}` (docs/tasks.md)"
+        )
+    return config
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping names the same key twice (YAML keeps the last, silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping with its line."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise DuplicateKeyError(
+                    f"line {line}: key {key!r} is given twice (first on line {seen[key]}); keep one"
+                )
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)

@@ -10,6 +10,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from frontier.latency_models.runner import at_least
+
 from .._setup import plan_latency, task_and_space
 from .._storage import writable
 from ._common import CONFIG_HELP, UsageError, load
@@ -34,8 +36,10 @@ def _profile_command(sub: Any) -> None:
     )
     p.add_argument("model", help="an ONNX file, or a front member's MLflow run id")
     p.add_argument("--baseline", help="an ONNX file (or run id) to compare layer by layer")
-    p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (default 1)")
-    p.add_argument("--runs", type=int, default=200, help="profiled runs (default 200)")
+    p.add_argument(
+        "--threads", type=at_least(1), default=1, help="ONNX Runtime threads (default 1)"
+    )
+    p.add_argument("--runs", type=at_least(1), default=200, help="profiled runs (default 200)")
     p.add_argument("--out", metavar="DIR", help="also write profile.csv and profile.png here")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument(
@@ -169,7 +173,7 @@ def _sensitivity_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="override search.seed")
     p.add_argument(
         "--workers",
-        type=int,
+        type=at_least(1),
         help="local worker processes scoring the plans (default: the config's backend.workers)",
     )
     p.add_argument("--out", default="sensitivity", help="directory for the CSV and PNG")

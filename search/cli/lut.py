@@ -9,8 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from frontier.latency_models.runner import at_least
+
 from .._setup import task_and_space
-from ._common import STORE_HELP, UsageError, device_store, load, tracking_uri, usage_errors
+from ._common import (
+    STORE_HELP,
+    UsageError,
+    device_store,
+    load,
+    tracking_uri,
+    usage_errors,
+)
 
 
 def add_commands(sub: Any) -> None:
@@ -34,16 +43,16 @@ def _ops_command(sub: Any) -> None:
     e = sub.add_parser("ops", help="write the op bundle of a config's space")
     e.add_argument("config")
     e.add_argument("--out", required=True, help="the bundle .zip to write")
-    e.add_argument("--validation", type=int, default=0, help="whole models for validation")
+    e.add_argument("--validation", type=at_least(0), default=0, help="whole models for validation")
     e.add_argument(
         "--calibration",
-        type=int,
+        type=at_least(1),
         help="whole models for calibration (default: 200 for a model of at most 10 M MACs, "
         "which measure in seconds, else 60)",
     )
     e.add_argument(
         "--few-shot",
-        type=int,
+        type=at_least(1),
         metavar="N",
         help="only N of the space's ops (every kind, small to large) and 10 calibration "
         "models unless --calibration: a new device's table predicted through a stored "
@@ -183,8 +192,12 @@ def _import_command(sub: Any) -> None:
         "--name", help="the device name to store it under (not for a front: its bundle names it)"
     )
     e.add_argument("--bundle", help="the bundle it measured (enables calibration)")
-    e.add_argument("--power-w", type=float, help="the device's active power in watts")
-    e.add_argument("--transfer-gbps", type=float, help="bandwidth to the offload device")
+    e.add_argument(
+        "--power-w", type=at_least(0.0, float), help="the device's active power in watts"
+    )
+    e.add_argument(
+        "--transfer-gbps", type=at_least(1e-9, float), help="bandwidth to the offload device"
+    )
     e.add_argument("--unsupported", nargs="*", default=[], help="op kinds the device cannot run")
     e.add_argument("--merge", action="store_true", help="add to the stored table")
     e.add_argument(
@@ -342,7 +355,7 @@ def _validate_command(sub: Any) -> None:
     e = sub.add_parser("validate", help="predicted vs measured whole-model latency")
     e.add_argument("config")
     e.add_argument("--device", required=True, help="a stored table, or local-cpu")
-    e.add_argument("--samples", type=int, default=50)
+    e.add_argument("--samples", type=at_least(1), default=50)
     e.add_argument("--out", default="lut-validation", help="directory for the CSV and PNG")
     e.add_argument("--measure", choices=["auto", "local", "table"], default="auto")
     e.add_argument("--store", help=STORE_HELP)

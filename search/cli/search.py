@@ -6,6 +6,8 @@ import argparse
 from collections import Counter
 from typing import Any
 
+from frontier.latency_models.runner import at_least
+
 from .._config import parse_overrides
 from .._engine import Search
 from .._registries import backend_names
@@ -15,10 +17,10 @@ from ._common import CONFIG_HELP, add_tracking_uri, load
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("search", help="run a compression search (Optuna; local or Ray)")
     p.add_argument("config", help=CONFIG_HELP)
-    p.add_argument("--trials", type=int, help="trial budget (default: the config's)")
+    p.add_argument("--trials", type=at_least(1), help="trial budget (default: the config's)")
     p.add_argument("--backend", choices=backend_names(), help="where trials run")
     p.add_argument("--address", help="Ray cluster address (implies --backend ray)")
-    p.add_argument("--workers", type=int, help="local worker processes (default 1)")
+    p.add_argument("--workers", type=at_least(1), help="local worker processes (default 1)")
     p.add_argument("--resume", action="store_true", help="continue this config's last search")
     p.add_argument("--seed", type=int, help="override search.seed")
     add_tracking_uri(p, env=False)

@@ -71,3 +71,42 @@ def test_pick_best_names_the_metrics(write_config, capsys) -> None:
     assert main(["search", str(path), "--no-progress"]) == 0
     capsys.readouterr()
     _fails(capsys, ["pick", "--best", "nosuch"], "--best: 'nosuch' is not a metric")
+
+
+def test_a_binary_file_or_a_folder_as_the_config(workdir: Path, capsys) -> None:
+    (workdir / "model.yaml").write_bytes(bytes(range(256)) * 4)
+    _fails(capsys, ["search", "model.yaml"], "model.yaml: not a text file")
+    (workdir / "configs").mkdir()
+    _fails(capsys, ["space", "configs"], "configs: is a folder")
+
+
+def test_a_key_given_twice_is_refused_with_its_line(workdir: Path, capsys) -> None:
+    (workdir / "dup.yaml").write_text(
+        "name: dup\ntask: {name: digits}\nsearch:\n  trials: 3\n  seed: 1\n  trials: 50\n"
+    )
+    _fails(capsys, ["space", "dup.yaml"], "line 6: key 'trials' is given twice (first on line 4)")
+
+
+def test_a_config_without_a_task_is_refused(workdir: Path, capsys) -> None:
+    (workdir / "notask.yaml").write_text("name: x\nobjectives: [size_bytes]\n")
+    _fails(capsys, ["search", "notask.yaml"], "notask.yaml: no task")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["lut", "measure", "ops.zip", "--device", "d", "--out", "t.csv", "--threads", "0"],
+        ["lut", "measure", "ops.zip", "--device", "d", "--out", "t.csv", "--rounds", "-1"],
+        ["search", "digits-mcu", "--trials", "-3"],
+        ["search", "digits-mcu", "--workers", "0"],
+        ["profile", "m.onnx", "--runs", "0"],
+        ["lut", "ops", "digits-mcu", "--out", "o.zip", "--validation", "-1"],
+    ],
+    ids=["threads-0", "rounds-negative", "trials-negative", "workers-0", "runs-0", "validation-negative"],
+)
+def test_numbers_out_of_range_are_refused(workdir: Path, capsys, args: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be >= " in err and "Traceback" not in err
