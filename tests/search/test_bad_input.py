@@ -102,7 +102,14 @@ def test_a_config_without_a_task_is_refused(workdir: Path, capsys) -> None:
         ["profile", "m.onnx", "--runs", "0"],
         ["lut", "ops", "digits-mcu", "--out", "o.zip", "--validation", "-1"],
     ],
-    ids=["threads-0", "rounds-negative", "trials-negative", "workers-0", "runs-0", "validation-negative"],
+    ids=[
+        "threads-0",
+        "rounds-negative",
+        "trials-negative",
+        "workers-0",
+        "runs-0",
+        "validation-negative",
+    ],
 )
 def test_numbers_out_of_range_are_refused(workdir: Path, capsys, args: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:

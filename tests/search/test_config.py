@@ -109,7 +109,9 @@ def test_errors_name_file_field_value(tmp_path, yaml_text: str, needle: str) -> 
 
 def test_carbon_scenario_section(tmp_path) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text("task: {name: digits}\ncarbon:\n  inferences_per_day: 1000\n  country_iso: POL\n  pue: 1.2\n")
+    path.write_text(
+        "task: {name: digits}\ncarbon:\n  inferences_per_day: 1000\n  country_iso: POL\n  pue: 1.2\n"
+    )
     scenario = load_config(path).carbon.scenario()
     assert scenario.inferences_per_day == 1000 and scenario.pue == 1.2
     path.write_text("carbon:\n  pue: 0.5\n")
