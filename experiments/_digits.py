@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
 
-from ._tasks import Loaders, Task, TaskError, register_task
-from ._training import fit, pin_memory
+from ._tasks import Loaders, Task, TaskError, register_task, tensor_loaders
+from ._training import fit
 
 logger = logging.getLogger(__name__)
 
@@ -186,20 +185,7 @@ class DigitsTask(Task):
         return self._splits
 
     def loaders(self, *, batch_size: int = 128) -> Loaders:
-        s = self.splits()
-        gen = torch.Generator().manual_seed(self.seed)
-        pin = pin_memory()
-        return Loaders(
-            train=DataLoader(
-                TensorDataset(*s["train"]),
-                batch_size=batch_size,
-                shuffle=True,
-                generator=gen,
-                pin_memory=pin,
-            ),
-            val=DataLoader(TensorDataset(*s["val"]), batch_size=batch_size, pin_memory=pin),
-            test=DataLoader(TensorDataset(*s["test"]), batch_size=batch_size, pin_memory=pin),
-        )
+        return tensor_loaders(self.splits(), batch_size=batch_size, seed=self.seed)
 
     def example_inputs(self) -> torch.Tensor:
         return self.splits()["train"][0][:1].clone()

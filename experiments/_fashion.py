@@ -28,8 +28,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from ._digits import cache_dir, load_or_train
 from ._efficientnet import lite0_for
 from ._idx import FASHION_MNIST_CLASSES, FASHION_MNIST_ROOT, load_idx_split
-from ._tasks import Loaders, Task, TaskError, register_task
-from ._training import evaluate, fit, pin_memory, progress_bar
+from ._tasks import Loaders, Task, TaskError, register_task, tensor_loaders
+from ._training import evaluate, fit, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -269,20 +269,7 @@ class IdxTask(Task):
         )
 
     def loaders(self, *, batch_size: int = 128) -> Loaders:
-        s = self.splits()
-        gen = torch.Generator().manual_seed(self.seed)
-        pin = pin_memory()
-        return Loaders(
-            train=DataLoader(
-                TensorDataset(*s["train"]),
-                batch_size=batch_size,
-                shuffle=True,
-                generator=gen,
-                pin_memory=pin,
-            ),
-            val=DataLoader(TensorDataset(*s["val"]), batch_size=batch_size, pin_memory=pin),
-            test=DataLoader(TensorDataset(*s["test"]), batch_size=batch_size, pin_memory=pin),
-        )
+        return tensor_loaders(self.splits(), batch_size=batch_size, seed=self.seed)
 
     def example_inputs(self) -> torch.Tensor:
         return self.splits()["train"][0][:1].clone()

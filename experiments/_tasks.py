@@ -11,9 +11,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from frontier.spaces import Registry
+
+from ._training import pin_memory
 
 
 class TaskError(ValueError):
@@ -91,6 +93,26 @@ class Task(ABC):
                 break
             out.append(batch)
         return out
+
+
+def tensor_loaders(
+    splits: dict[str, tuple[torch.Tensor, torch.Tensor]], *, batch_size: int, seed: int
+) -> Loaders:
+    """Loaders over in-memory ``(inputs, targets)`` splits: the training split shuffled
+    by a generator seeded with ``seed``, batches pinned where they go to a GPU."""
+    pin = pin_memory()
+    gen = torch.Generator().manual_seed(seed)
+    return Loaders(
+        train=DataLoader(
+            TensorDataset(*splits["train"]),
+            batch_size=batch_size,
+            shuffle=True,
+            generator=gen,
+            pin_memory=pin,
+        ),
+        val=DataLoader(TensorDataset(*splits["val"]), batch_size=batch_size, pin_memory=pin),
+        test=DataLoader(TensorDataset(*splits["test"]), batch_size=batch_size, pin_memory=pin),
+    )
 
 
 TaskBuilder = Callable[..., Task]

@@ -182,7 +182,7 @@ def ray_node_processes(temp_dir: Path, address: str | None = None) -> list:
 
 def stop_ray_node(temp_dir: Path, address: str | None = None, *, timeout_s: float = 5) -> int:
     """Stop the node ``ray_node_processes`` finds, by process id (SIGTERM, then SIGKILL
-    what is left after ``timeout_s``), never with ``ray stop``, which stops every Ray
+    what is left after ``timeout_s``), never with Ray's own stop command, which stops every Ray
     node of the machine, a user's own too. Returns how many processes it signalled."""
     import psutil
 
