@@ -173,7 +173,7 @@ def _sensitivity_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="override search.seed")
     p.add_argument(
         "--workers",
-        type=at_least(1),
+        type=int,
         help="local worker processes scoring the plans (default: the config's backend.workers)",
     )
     p.add_argument("--out", default="sensitivity", help="directory for the CSV and PNG")
