@@ -46,7 +46,7 @@ def _ops_command(sub: Any) -> None:
     e.add_argument("--validation", type=at_least(0), default=0, help="whole models for validation")
     e.add_argument(
         "--calibration",
-        type=at_least(1),
+        type=at_least(0),
         help="whole models for calibration (default: 200 for a model of at most 10 M MACs, "
         "which measure in seconds, else 60)",
     )
