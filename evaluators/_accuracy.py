@@ -56,8 +56,15 @@ def kd_loss(
 
 
 def _cycle(loader: Any) -> Iterator[Any]:
+    """``loader``'s batches, pass after pass; an ``EvaluationError`` if a pass yields
+    none (an empty loader would otherwise be cycled forever)."""
     while True:
-        yield from loader
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise EvaluationError("the training data held no batch (the task's train loader is empty)")
 
 
 def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
@@ -94,7 +101,9 @@ def measure_accuracy(
             if labels is not None:
                 labels.append(y_given)
     model.train(was)
-    return weighted / max(total, 1)
+    if total == 0:
+        raise EvaluationError("the evaluation data held no batch (the task's loader is empty)")
+    return weighted / total
 
 
 def measure_onnx_accuracy(path: Any, loader: Any, metric: Any = _top1) -> float:

@@ -182,4 +182,23 @@ def task_baseline(task: Any, name: str) -> tuple[Any, Any]:
     becomes a ``TaskError`` naming the method."""
     teacher = _call(name, "baseline()", task.baseline)
     example = _call(name, "example_inputs()", task.example_inputs)
+    _check_runs(task, name, teacher, example)
     return teacher, example
+
+
+def _check_runs(task: Any, name: str, model: Any, example: Any) -> None:
+    """The baseline runs on ``example_inputs()``; else a ``TaskError`` naming the example's
+    shape, a data batch's where the loaders give one, and the model's complaint (before
+    any trial: a search, ``space`` or ``lut ops`` would fail on it later)."""
+    from frontier.spaces import SpaceError, check_forward, input_shapes
+
+    try:
+        check_forward(model, example)
+    except SpaceError as err:
+        data = ""
+        try:
+            inputs = next(iter(task.loaders().val))[0]
+            data = f" (its validation batches are {input_shapes(inputs)})"
+        except Exception:  # the loaders' own faults are reported where they are used
+            pass
+        raise TaskError(f"task {name!r}: {err}{data}") from None

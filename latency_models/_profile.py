@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._table import TableError
+
 #: ops that follow a compute op into its fused kernel: timed with the producer's layer
 _FOLLOWERS = {
     "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Mul",
@@ -222,7 +224,12 @@ def profile_layers(
     from .runner import open_session, profile_nodes, session_options
 
     data = Path(model).read_bytes()
-    proto = onnx.load_from_string(data)
+    try:
+        proto = onnx.load_from_string(data)
+    except Exception as err:  # protobuf's DecodeError and kin: not an ONNX file
+        raise TableError(f"{model}: not an ONNX model ({type(err).__name__})") from None
+    if not proto.graph.node:
+        raise TableError(f"{model}: an ONNX file with no graph (empty, or not a model)")
     owners = _owners(proto.graph)
     _, feeds = open_session(data, session_options(threads))  # the runner's seeded inputs
     nodes = profile_nodes(data, feeds, threads, "CPUExecutionProvider", runs=runs)

@@ -355,7 +355,13 @@ class DeviceStore:
     """Device tables by name, as ``ROOT/devices/NAME/table.csv`` + ``table.csv.meta.json``."""
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root is not None else data_dir()
+        self.root = Path(root).expanduser() if root is not None else data_dir()
+        for path in (self.root, *self.root.parents):
+            if path.exists() and not path.is_dir():
+                raise TableError(
+                    f"the device store {self.root}: {path} is a file, not a folder; point "
+                    "device_store (or --store, $FRONTIER_DATA_DIR) at a folder"
+                )
 
     def _dir(self, name: str) -> Path:
         if not name or "/" in name or name.startswith("."):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ._anchors import anchor_params
@@ -23,6 +24,8 @@ from ._storage import (
     SearchError,
     StudyStore,
     default_storage,
+    is_database,
+    journal_path,
     search_folders,
     writable,
 )
@@ -89,6 +92,9 @@ def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
     checked before device tables are measured (a new study only)."""
     for what, folder in search_folders(config).items():
         writable(folder, what)
+    storage = config.storage or default_storage(config)
+    if not is_database(storage):
+        journal_path(Path(storage.removeprefix("journal:")).expanduser())
     address = ray_address(config.backend.address) if config.backend.kind == "ray" else None
     if address:  # before any long work; the backend checks again when it joins
         check_ray_address(address)

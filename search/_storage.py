@@ -32,6 +32,13 @@ def writable(folder: Path, what: str) -> Path:
     import tempfile
 
     folder = Path(folder).expanduser()
+    files = (p for p in (folder, *folder.parents) if p.exists() and not p.is_dir())
+    not_a_folder = next(files, None)
+    if not_a_folder is not None:
+        raise SearchError(
+            f"cannot write {what} in {folder}: {not_a_folder} is a file, not a folder; "
+            "give a folder's path"
+        )
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
@@ -45,6 +52,16 @@ def writable(folder: Path, what: str) -> Path:
     return folder
 
 
+def writable_file(path: Path, what: str) -> Path:
+    """``path``, once a file could be written there: not a folder, and in a folder
+    ``writable`` accepts; else a ``SearchError`` naming the path and what needs it."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise SearchError(f"cannot write {what} to {path}: it is a folder; give a file's path")
+    writable(path.parent, what)
+    return path
+
+
 def search_folders(config: Config) -> dict[str, Path]:
     """The folders a search writes to, by what it writes there: the study journal, the
     MLflow database and the baseline cache."""
@@ -52,7 +69,7 @@ def search_folders(config: Config) -> dict[str, Path]:
 
     folders: dict[str, Path] = {}
     storage = config.storage or default_storage(config)
-    if not _is_database(storage):
+    if not is_database(storage):
         folders["the study journal (--storage; default: beside the MLflow database)"] = Path(
             storage.removeprefix("journal:")
         ).parent
@@ -76,7 +93,7 @@ def default_storage(config: Config) -> str:
     return str(folder / "frontier-optuna.journal")
 
 
-def _is_database(url: str) -> bool:
+def is_database(url: str) -> bool:
     return "://" in url and not url.startswith("journal:")
 
 
@@ -93,9 +110,9 @@ def open_storage(url: str, *, single_writer: bool = False) -> Any:
     """
     import optuna
 
-    if _is_database(url):
+    if is_database(url):
         return _database(url)
-    path = Path(url.removeprefix("journal:")).expanduser()
+    path = journal_path(Path(url.removeprefix("journal:")).expanduser())
     path.parent.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
 
@@ -106,6 +123,30 @@ def open_storage(url: str, *, single_writer: bool = False) -> Any:
     if single_writer:
         storage.flush = backend.flush  # type: ignore[attr-defined]
     return storage
+
+
+def journal_path(path: Path) -> Path:
+    """``path``, once it is nothing or an Optuna journal: a folder, or a file whose first
+    line is not a journal entry, is a ``SearchError`` naming it (before Optuna reads it)."""
+    import json
+
+    if path.is_dir():
+        raise SearchError(f"the study journal (--storage) {path}: is a folder; give a file's path")
+    if not path.is_file() or path.stat().st_size == 0:
+        return path
+    with path.open("rb") as f:
+        first = f.readline(1 << 20)
+    try:
+        entry = json.loads(first.decode("utf-8"))
+        ok = isinstance(entry, dict) and "op_code" in entry
+    except (UnicodeDecodeError, ValueError):
+        ok = False
+    if not ok:
+        raise SearchError(
+            f"the study journal (--storage) {path}: not an Optuna journal (its first line "
+            "is not a journal entry); give a new file's path, or a journal a search wrote"
+        )
+    return path
 
 
 def _database(url: str, attempts: int = 5) -> Any:
@@ -176,7 +217,7 @@ def driver_lock(url: str) -> Any:
     Returns the held lock (``.release()``), or None for a database storage."""
     import filelock
 
-    if _is_database(url):
+    if is_database(url):
         return None  # a database storage: Optuna arbitrates
     path = Path(url.removeprefix("journal:")).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -227,7 +268,7 @@ class StudyStore:
                 break
             except optuna.exceptions.DuplicatedStudyError:
                 continue  # another driver of this config took the name first
-        if _is_database(self.url):
+        if is_database(self.url):
             study = self._hold(study, sampler)
         if not resume:
             study.set_user_attr(CONFIG_ATTR, config_name)

@@ -13,7 +13,7 @@ from typing import Any
 from frontier.latency_models.runner import at_least
 
 from .._setup import plan_latency, task_and_space
-from .._storage import writable
+from .._storage import writable, writable_file
 from ._common import CONFIG_HELP, UsageError, load
 
 
@@ -261,7 +261,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     config = load(args.config)
     if args.export:
-        writable(Path(args.export).parent, "the exported model (--export)")
+        writable_file(Path(args.export), "the exported model (--export)")
     task, model, space = task_and_space(config)
     plan = CompressionPlan.load(args.plan, space=space) if args.plan else space.sample(args.seed)
     example = task.example_inputs()

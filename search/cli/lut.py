@@ -12,6 +12,7 @@ from typing import Any
 from frontier.latency_models.runner import at_least
 
 from .._setup import task_and_space
+from .._storage import writable, writable_file
 from ._common import (
     STORE_HELP,
     UsageError,
@@ -65,6 +66,7 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
     from frontier.latency_models import quiet_root_logger, write_bundle
 
     config = load(args.config)
+    writable_file(Path(args.out), "the op bundle (--out)")
     task, model, space = task_and_space(config)
     with quiet_root_logger(), usage_errors():
         manifest = write_bundle(
@@ -114,6 +116,8 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
     from frontier.latency_models import write_front_bundle
 
     from .._config import load_config
+
+    writable_file(Path(args.out), "the front bundle (--out)")
     from .._learning import front_entries
     from .._results import query_front
     from .._tracking import MODEL_FILE, PLAN_FILE, download, download_text, resolve_uri
@@ -366,6 +370,7 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
     from frontier.latency_models import LatencyModel, ensure_local_table, local_threads, validate
 
     config = load(args.config)
+    writable(Path(args.out), "the validation report (--out)")
     task, model, space = task_and_space(config)
     store = device_store(args)
     example = task.example_inputs()

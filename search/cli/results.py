@@ -18,6 +18,7 @@ from .._results import (
     sort_front,
     with_params,
 )
+from .._storage import writable, writable_file
 from .._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
 from ._common import UsageError, add_tracking_uri, tracking_uri
 
@@ -128,7 +129,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
         raise UsageError(f"pick: run {args.run_id} is not a trial of that search")
     row = match.iloc[0].to_dict()
     out = Path(args.export or f"frontier-pick-trial-{row['trial']}")
-    target = out.parent if out.suffix == ".onnx" else out
+    target = _export_folder(out)
     files = download(uri, row["run_id"], target)
     if out.suffix == ".onnx":
         files["model.onnx"] = files["model.onnx"].replace(out)
@@ -159,3 +160,22 @@ def cmd_pick(args: argparse.Namespace) -> int:
         )
     print(json.dumps(report, indent=2, default=str))
     return 0
+
+
+def _export_folder(out: Path) -> Path:
+    """The folder ``pick --export OUT`` downloads into, once the model and plan can be
+    written there: OUT is a folder (new or existing) or a ``.onnx`` file's path."""
+    what = "the picked model (--export)"
+    folder = out.parent if out.suffix == ".onnx" else out
+    if out.suffix == ".onnx":
+        writable_file(out, what)
+        writable_file(out.with_suffix(".plan.json"), what)
+    elif out.is_file():
+        raise UsageError(
+            f"pick: --export {out}: is a file; give a folder, or a path ending in .onnx"
+        )
+    writable(folder, what)
+    for name in ("model.onnx", "plan.json"):  # what the download writes first
+        if (folder / name).is_dir():
+            raise UsageError(f"pick: --export {out}: {folder / name} is a folder; move it away")
+    return folder

@@ -117,3 +117,114 @@ def test_numbers_out_of_range_are_refused(workdir: Path, capsys, args: list[str]
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "must be >= " in err and "Traceback" not in err
+
+
+def test_a_file_where_a_folder_is_expected_and_the_reverse(
+    write_config, workdir: Path, capsys
+) -> None:
+    path = write_config()
+    (workdir / "afile").write_text("x")
+    (workdir / "adir").mkdir()
+    (workdir / "store.yaml").write_text(path.read_text() + "device_store: afile\n")
+    _fails(capsys, ["search", "store.yaml"], "the device store afile: afile is a file")
+    _fails(capsys, ["lut", "list", "--store", "afile/sub"], "afile is a file, not a folder")
+    _fails(capsys, ["search", str(path), "--storage", "adir"], "study journal (--storage) adir")
+    _fails(capsys, ["lut", "ops", str(path), "--out", "adir"], "to adir: it is a folder")
+    _fails(capsys, ["plan", str(path), "--export", "adir"], "to adir: it is a folder")
+
+
+def test_a_binary_journal_or_model_is_named(write_config, workdir: Path, capsys) -> None:
+    path = write_config()
+    (workdir / "journal").write_bytes(bytes(range(256)) * 4)
+    _fails(capsys, ["search", str(path), "--storage", "journal"], "journal: not an Optuna journal")
+    (workdir / "m.onnx").write_bytes(bytes(range(256)) * 4)
+    _fails(capsys, ["profile", "m.onnx", "--runs", "10"], "m.onnx: not an ONNX model")
+    (workdir / "empty.onnx").write_bytes(b"")
+    _fails(capsys, ["profile", "empty.onnx", "--runs", "10"], "empty.onnx: an ONNX file with no")
+
+
+def test_pick_export_paths_that_cannot_hold_the_model(write_config, workdir: Path, capsys) -> None:
+    path = write_config(search={"trials": 2, "population": 2, "anchors": False})
+    assert main(["search", str(path), "--no-progress"]) == 0
+    capsys.readouterr()
+    (workdir / "afile").write_text("x")
+    (workdir / "out" / "model.onnx").mkdir(parents=True)
+    pick = ["pick", "--best", "accuracy", "--no-measure", "--export"]
+    _fails(capsys, [*pick, "afile"], "--export afile: is a file")
+    _fails(capsys, [*pick, "afile/sub"], "afile is a file, not a folder")
+    _fails(capsys, [*pick, "out"], "out/model.onnx is a folder")
+    assert (workdir / "afile").read_text() == "x"  # nothing of the user's is lost
+
+
+USER_TASKS = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from frontier.experiments import Loaders, Task
+
+
+def _data(n, seed):
+    x = torch.randn(n, 64, generator=torch.Generator().manual_seed(seed))
+    return TensorDataset(x, (x[:, 0] > 0).long())
+
+
+class Small(Task):
+    def __init__(self, model="mlp", example_width=64, train_empty=False):  # model: BASE's
+        self.width, self.train_empty, self._model = example_width, train_empty, None
+
+    def loaders(self, *, batch_size=32):
+        val, test = (DataLoader(_data(128, s), batch_size=batch_size) for s in (1, 2))
+        train = DataLoader(_data(0 if self.train_empty else 256, 0), batch_size=batch_size)
+        return Loaders(train=train, val=val, test=test)
+
+    def example_inputs(self):
+        return torch.randn(1, self.width)
+
+    def baseline(self):
+        if self._model is None:
+            torch.manual_seed(0)
+            self._model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 2)).eval()
+        return self._model
+"""
+
+
+@pytest.fixture
+def small_task(workdir: Path, monkeypatch: pytest.MonkeyPatch):
+    (workdir / "user_tasks_bad.py").write_text(USER_TASKS)
+    monkeypatch.syspath_prepend(str(workdir))
+
+    def config(write_config, **options) -> Path:
+        return write_config(
+            task={"name": "user_tasks_bad:Small", "options": options, "check_baseline": False},
+            space={"prune_ratios": [0.0, 0.25, 0.5], "weight_bits": [8, 32]},
+            search={"trials": 12, "population": 4, "anchors": False},
+            constraints=[],
+        )
+
+    return config
+
+
+def test_a_model_and_example_that_disagree_name_both_shapes(
+    write_config, small_task, capsys
+) -> None:
+    path = small_task(write_config, example_width=100)
+    _fails(capsys, ["search", str(path)], "example inputs (1, 100)")
+    _fails(capsys, ["space", str(path)], "(1x100 and 64x32) (its validation batches are (32, 64))")
+
+
+@pytest.mark.parametrize(
+    ("rungs", "says"),
+    [(["short"], "the first 3 trials all"), (["proxy", "short"], "3 promotions to the short rung")],
+)
+def test_a_search_whose_first_trials_fail_alike_stops_and_resumes(
+    write_config, small_task, capsys, rungs: list[str], says: str
+) -> None:
+    path = small_task(write_config, train_empty=True)
+    args = ["search", str(path), "--no-progress", "--set", f"search.fidelity.rungs={rungs}"]
+    _fails(capsys, args, says, 120)
+    capsys.readouterr()
+    assert main([*args, "--resume", "--set", "task.options.train_empty=false"]) == 0
+    err = capsys.readouterr().err
+    assert "front: 0 models" not in err, err
+    if rungs == ["short"]:
+        assert "(3 failed)" in err, err
