@@ -64,7 +64,7 @@ def _cycle(loader: Any) -> Iterator[Any]:
             empty = False
             yield batch
         if empty:
-            raise EvaluationError("the training data held no batch (the task's train loader is empty)")
+            raise EvaluationError("the training data held no batch (the train loader is empty)")
 
 
 def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:

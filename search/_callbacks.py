@@ -102,9 +102,10 @@ class ProgressLines(Callback):
 
     def on_generation(self, search: SearchView, final: bool) -> None:
         failed = sum(1 for r in search.records.values() if r.state == "failed")
+        step = "after the last trial" if final else f"generation {search.generation}"
         logger.info(
-            "generation %d: %d/%d trials (%d failed), %s, %.0f s",
-            search.generation, search.done, search.config.search.trials, failed,
+            "%s: %d/%d trials (%d failed), %s, %.0f s",
+            step, search.done, search.config.search.trials, failed,
             _status(search), time.monotonic() - self._started,
         )  # fmt: skip
 

@@ -101,6 +101,7 @@ class Search:
         #: per rung, this run's failures there before its first success (``_stop_if_hopeless``)
         self._first_failures: dict[int, list[str]] = {}
         self._succeeded: set[int] = set()
+        self._hinted = False  # the under-trained baseline is named once
         self._held: StudyStore | None = None  # the storage whose lock this search holds
 
     # -- state callbacks read ---------------------------------------------------------------
@@ -232,6 +233,8 @@ class Search:
         self.front.changed()
         self._notify("on_trial", rec)
         self._stop_if_hopeless(0, rec.error if rec.state == "failed" else None)
+        if isinstance(outcome, TrialResult):
+            self._hint_under_trained(rec, 0, outcome)
 
     def _stop_if_hopeless(self, rung: int, error: str | None) -> None:
         """Stop with a ``SearchError`` when this run's first ``STOP_AFTER`` evaluations at
@@ -264,11 +267,24 @@ class Search:
         else:
             rec.rungs[rung] = dict(outcome.values)
             self._measured(rec, rung, outcome)
+            self._hint_under_trained(rec, rung, outcome)
         self.front.changed()
         self.study_store.save_rungs(self.study, rec)
         self._notify("on_promotion", rec, rung)
         failed = isinstance(outcome, BaseException)
         self._stop_if_hopeless(rung, f"{type(outcome).__name__}: {outcome}" if failed else None)
+
+    def _hint_under_trained(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
+        """Say once (and in the summary's notes) that the baseline is under-trained when
+        the uncompressed plan, fine-tuned at a rung, beats it beyond noise."""
+        value = outcome.values.get(ACCURACY)
+        if self._hinted or value is None or ACCURACY not in self.evaluation.metrics:
+            return
+        hint = setup.under_trained(self.evaluation, rec.plan, rung, value)
+        if hint:
+            self._hinted = True
+            logger.warning("trial %d: %s", rec.number, hint)
+            self.evaluation.notes.append(f"trial {rec.number}: {hint}")
 
     def _measured(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
         """Time ``outcome``; keep the model its job exported on ``rec`` for the callback

@@ -110,7 +110,10 @@ class Evaluation:
         self.config = config
         self.accelerator = accelerator or driver_accelerator(config)
         self.task = build_task(config.task.name, **config.task.options)
-        with use_accelerator(self.accelerator):
+        # a baseline trained here gets a trial's threads: on a busy machine torch's
+        # default (every core) waited 46 s where one thread took 4 (docs/search.md)
+        threads = config.backend.threads_per_trial
+        with use_accelerator(self.accelerator), _torch_threads(threads):
             self.teacher, self.example = task_baseline(self.task, config.task.name)
         self.metrics = config.metric_names()
         self.rungs = list(config.search.fidelity.rungs)
@@ -343,6 +346,11 @@ class Evaluation:
                 labels=self._val_labels,
             )
         return self._teacher_accuracy
+
+    def validation_size(self) -> int:
+        """How many validation samples the teacher's accuracy was measured on."""
+        self.teacher_accuracy()
+        return sum(len(y) for y in self._val_labels)
 
     def _check_teacher(self) -> None:
         """Stop before any long work when the teacher's outputs are not finite or it

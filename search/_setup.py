@@ -172,6 +172,42 @@ def baseline(
     return values, resolved
 
 
+def under_trained(evaluation: Evaluation, plan: Mapping[str, Any], rung: int, value: float) -> str:
+    """The hint for a baseline the uncompressed ``plan`` beats at ``rung`` (a rung that
+    trains) by more than the validation split's noise (two binomial standard errors,
+    at least 0.005), or "": such a baseline is under-trained, which matters more than
+    any compression ("" for a compressed plan, the proxy rung or a metric not in [0, 1])."""
+    import math
+
+    name = evaluation.rungs[rung]
+    base = evaluation.teacher_accuracy()
+    n = evaluation.validation_size()
+    if name == "proxy" or not _uncompressed(plan) or not 0 <= base <= 1 or not n:
+        return ""
+    noise = max(2 * math.sqrt(max(base * (1 - base), 1e-4) / n), 0.005)
+    if value - base <= noise:
+        return ""
+    return (
+        f"the uncompressed model fine-tuned at the {name} rung scores {ACCURACY} {value:.4f} "
+        f"against the baseline's {base:.4f} (noise about {noise:.3f}): the baseline is "
+        "under-trained, which matters more than any compression. Train it longer, or use "
+        "that trial's model as the teacher (frontier pick), then search again"
+    )
+
+
+def _uncompressed(plan: Mapping[str, Any]) -> bool:
+    """``plan`` (a plan's dict) leaves the model as it is, distillation aside."""
+    return (
+        not any(plan.get("prune", {}).values())
+        and all(b >= 32 for b in plan.get("weight_bits", {}).values())
+        and all(b >= 32 for b in plan.get("act_bits", {}).values())
+        and not any(plan.get("sparsity", {}).values())
+        and plan.get("student") is None
+        and plan.get("activation") is None
+        and not any(plan.get("techniques", {}).values())
+    )
+
+
 def slow_pruning(space: Any, latency: Mapping[str, Any], model: Any) -> list[str]:
     """A line per device whose table prices pruning every layer alike (FP32) more than
     10% slower than the uncompressed model: the kept channel counts are shapes its

@@ -53,6 +53,14 @@ def check_bits(field_name: str, bits: int, allowed: Iterable[int] = SUPPORTED_BI
         raise PlanError(f"{field_name}: bit width must be one of {list(allowed)}, got {bits!r}")
 
 
+def _check_list(
+    field_name: str, value: Any, what: str, example: str, error: type[ValueError]
+) -> None:
+    """Raise ``error`` unless ``value`` is a list (a string or a single number is not)."""
+    if isinstance(value, str | bytes | int | float) or not hasattr(value, "__iter__"):
+        raise error(f"{field_name} must be a list of {what}, e.g. {example}; got {value!r}")
+
+
 def check_ratios(
     field_name: str,
     ratios: Iterable[float],
@@ -63,6 +71,7 @@ def check_ratios(
 ) -> None:
     """Raise ``error`` unless ``ratios`` lists at least one ``noun``; PlanError unless
     each is a ratio (``check_ratio``)."""
+    _check_list(field_name, ratios, f"{noun}s", example, error)
     ratios = tuple(ratios)
     if not ratios:
         raise error(f"{field_name} must list at least one {noun}, e.g. {example}")
@@ -75,6 +84,7 @@ def check_bit_widths(
 ) -> None:
     """Raise ``error`` unless ``bits`` lists at least one bit width; PlanError unless
     each is a supported one (``check_bits``)."""
+    _check_list(field_name, bits, "bit widths", "[8, 32]", error)
     bits = tuple(bits)
     if not bits:
         raise error(f"{field_name} must list at least one bit width, e.g. [8, 32]")

@@ -72,7 +72,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     experiment = config.tracking.experiment or config.name
     print(
         f"\nfront: {len(result.pareto)} models, hypervolume {result.hypervolume:.4f}, "
-        f"{len(result.trials)} trials ({failed} failed); MLflow run {result.mlflow_run_id}\n"
+        f"{len(result.trials)} trials ({failed} failed{_skipped(result.study)}); "
+        f"MLflow run {result.mlflow_run_id}\n"
         f"next: frontier pareto --experiment {experiment}   |   "
         f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
         "--export picked/"
@@ -91,7 +92,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             f"{saved[f'rung{top}_evaluations']:.0f} measured at the {search.evaluation.rungs[top]} "
             f"rung; every trial there would have taken about {saved['top_rung_only_s']:.0f} s "
             f"of evaluation, this search's took {saved['evaluation_s']:.0f} s "
-            f"(saved about {saved['promotion_saved_s']:.0f} s)"
+            + _saved(saved["promotion_saved_s"])
         )
     miss = search.front.closest_miss()
     if miss:
@@ -99,3 +100,35 @@ def cmd_search(args: argparse.Namespace) -> int:
     for note in search.evaluation.notes:
         print(f"note: {note}")
     return 0
+
+
+def _saved(seconds: float) -> str:
+    if seconds >= 0.5:
+        return f"(saved about {seconds:.0f} s)"
+    return (
+        f"(about {-seconds:.0f} s more: on a search this small, re-measuring the promoted "
+        "plans costs more than the cheap rungs save)"
+    )
+
+
+def _skipped(study: Any) -> str:
+    """What else the study holds beside the trials counted: plans refused as repeats
+    (Optuna's PRUNED, so trial numbers run past the budget) and trials a killed run left
+    (failed there, run again here)."""
+    from optuna.trial import TrialState
+
+    from .._samplers import DUPLICATE_ATTR
+    from .._storage import INTERRUPTED_ATTR
+
+    repeats = sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+        if DUPLICATE_ATTR in t.user_attrs
+    )
+    interrupted = len(study.user_attrs.get(INTERRUPTED_ATTR, []))
+    said = ""
+    if repeats:
+        said += f"; {repeats} repeated plans skipped, recorded as PRUNED in the study"
+    if interrupted:
+        said += f"; {interrupted} interrupted by a stop and run again"
+    return said

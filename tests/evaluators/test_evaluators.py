@@ -13,6 +13,7 @@ from frontier.evaluators import (
     build_evaluator,
     distill,
     evaluator_names,
+    measure_accuracy,
 )
 from frontier.experiments import DigitsTask
 from frontier.spaces import CompressionPlan, DistillSpec
@@ -264,3 +265,15 @@ def test_student_plan_is_distilled_from_the_teacher(context) -> None:
     assert untrained.value < 0.5 < 0.85 < trained.value  # random init, then distilled
     size = build_evaluator("size_bytes")(c, context).value
     assert size < build_evaluator("size_bytes")(Candidate(CompressionPlan()), context).value
+
+
+def test_no_batch_is_an_error_not_a_score_or_a_hang() -> None:
+    """An empty loader scored 0 and, when trained on, was cycled forever."""
+    with pytest.raises(EvaluationError, match="held no batch"):
+        measure_accuracy(nn.Linear(2, 3), [])
+    empty = SimpleNamespace(train=[], val=[(torch.zeros(2, 2), torch.tensor([0, 1]))])
+    student = nn.Linear(2, 3)
+    with pytest.raises(EvaluationError, match="training data held no batch"):
+        distill(
+            student, nn.Linear(2, 3), empty, steps=3, temperature=2.0, alpha=0.5, lr=0.01, seed=0
+        )
