@@ -508,3 +508,22 @@ def test_a_rung_that_underestimates_is_adapted_to_and_the_front_fills(write_conf
     assert len(after) >= 3 > len(before)
     base = result.study.user_attrs["frontier.baseline"]
     assert (after.accuracy >= bound.resolve(base).bound).all()
+
+
+def test_the_summary_counts_repeats_the_study_holds(write_config, capsys) -> None:
+    """A space of 2 plans and a budget of 6: the refused repeats are recorded as PRUNED
+    (so trial numbers run past the budget), and the summary says how many."""
+    import optuna
+
+    path = write_config(
+        space={"prune_ratios": [0.0, 0.5], "weight_bits": [32]},
+        constraints=[],
+        search={"trials": 6, "population": 3, "anchors": False},
+    )
+    assert main(["search", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    storage = open_storage("frontier-optuna.journal")
+    study = optuna.load_study(study_name="tiny", storage=storage)
+    pruned = len(study.get_trials(states=(optuna.trial.TrialState.PRUNED,)))
+    assert pruned > 0
+    assert f"; {pruned} repeated plans skipped, recorded as PRUNED in the study" in out, out

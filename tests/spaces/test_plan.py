@@ -7,6 +7,8 @@ from frontier.spaces import (
     CompressionPlan,
     DistillSpec,
     PlanError,
+    Prune,
+    Quantize,
     StudentSpec,
     discover,
 )
@@ -117,3 +119,12 @@ def test_plan_file_errors_name_the_file(tmp_path) -> None:
     good = tmp_path / "good.json"
     good.write_text(CompressionPlan(prune={"fc": 0.5}).to_json())
     assert CompressionPlan.load(good).prune == {"fc": 0.5}
+
+
+@pytest.mark.parametrize("given", ["half", 0.5])
+def test_a_list_given_as_one_value_says_it_wants_a_list(given) -> None:
+    """``ratios: half`` was reported as "ratio must be a number, got 'h'"."""
+    with pytest.raises(PlanError, match=f"ratios must be a list of ratios.*got {given!r}"):
+        Prune(ratios=given)
+    with pytest.raises(PlanError, match="weight_bits must be a list of bit widths.*got 8"):
+        Quantize(weight_bits=8)
