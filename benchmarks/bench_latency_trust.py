@@ -9,9 +9,12 @@ scratch (the timing protocol, ``runner.time_models``), then prices and measures
   the table's calibration set holds these, so they check the fit where searches go),
 - the scenario's last pick (``report-logs/scenarios.json``), where there is one,
 
-with the protocol twice (the second pass in another order: the repeatability ceiling)
-and with a plain ONNX Runtime loop written here as a user would write it (one
+with the protocol twice (the second pass in another order: the repeatability ceiling),
+each pass timing the uncompressed model in every chunk's rounds (so each plan's speed-up
+over it is measured as the table states it, and compared with the predicted one), and
+with a plain ONNX Runtime loop written here as a user would write it (one
 session, 1 thread, 30 warm-up runs, then 300 runs or 1 s back to back, the median).
+``--budget-s S`` measures the table with ``local_table.calibration_budget_s: S``.
 
 Latency does not depend on weight values, so the models are built untrained (the
 ImageNet weights for Lite0, MiniLM's for the text teacher): nothing is trained; and INT8
@@ -105,7 +108,9 @@ def scenario_pick(name: str) -> dict[str, Any] | None:
     return None
 
 
-def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
+def run_space(
+    name: str, samples: int, store_dir: Path, budget_s: float | None = None
+) -> dict[str, Any]:
     from frontier.latency_models import (
         VALIDATION_SEED0,
         DeviceStore,
@@ -127,7 +132,12 @@ def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
     example, calibration = task.example_inputs(), task.calibration_batches(batches=1, batch_size=8)
     start = time.perf_counter()
     table = ensure_local_table(
-        model, example, space, store=DeviceStore(store_dir), calibration_data=calibration
+        model,
+        example,
+        space,
+        store=DeviceStore(store_dir),
+        calibration_data=calibration,
+        calibration_budget_s=budget_s,
     )
     table_s = time.perf_counter() - start
     latency = LatencyModel(table)
@@ -149,9 +159,13 @@ def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
             files.append(Path(tmp) / f"{i}.onnx")
             files[-1].write_bytes(data)
         print(f"{name}: {len(files)} models exported; measuring", file=sys.stderr)
-        first = measure_models(files, label=f"{name} pass 1", seed=0)
+        # each chunk times the uncompressed model in its rounds: rows and speed-ups
+        # are stated against it, as tables are (runner.relative_to)
+        base_file = files[next(i for i, p in enumerate(plans) if p[1] == "prune 0, fp32")]
+        first = measure_models(files, label=f"{name} pass 1", seed=0, reference=base_file)
         plain = [plain_loop_ms(f) for f in files]
-        second = measure_models(files, label=f"{name} pass 2", seed=1)
+        second = measure_models(files, label=f"{name} pass 2", seed=1, reference=base_file)
+    base_index = next(i for i, p in enumerate(plans) if p[1] == "prune 0, fp32")
     rows = [
         {
             "set": kind,
@@ -161,6 +175,10 @@ def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
             "measured_again_ms": round(m2, 5),
             "plain_loop_ms": round(u, 5),
             "error": round(p / m - 1, 4),
+            # over the uncompressed model: predicted, and measured in the same rounds
+            "predicted_speedup": round(predicted[base_index] / p, 4),
+            "measured_speedup": round(first[base_index] / m, 4),
+            "measured_speedup_again": round(second[base_index] / m2, 4),
         }
         for (kind, label, _), p, m, m2, u in zip(
             plans, predicted, first, second, plain, strict=True
@@ -174,10 +192,16 @@ def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
         pred = [r["predicted_ms"] for r in chosen]
         meas = [r["measured_ms"] for r in chosen]
         again = [r["measured_again_ms"] for r in chosen]
+        speedups = [r["predicted_speedup"] for r in chosen]
+        measured_speedups = [r["measured_speedup"] for r in chosen]
         return {
             **error_summary(pred, meas),
             "repeatability": error_summary(again, meas),
             "protocol_vs_plain_loop": agreement(meas, [r["plain_loop_ms"] for r in chosen]),
+            "speedups": error_summary(speedups, measured_speedups),
+            "speedups_repeatability": error_summary(
+                [r["measured_speedup_again"] for r in chosen], measured_speedups
+            ),
         }
 
     quality = latency.quality()
@@ -192,7 +216,9 @@ def run_space(name: str, samples: int, store_dir: Path) -> dict[str, Any]:
         "random": summary("random"),
         "corners": summary("corner"),
         "pick": summary("pick"),
-        "baseline": next(r for r in rows if r["plan"] == "prune 0, fp32"),
+        "baseline": rows[base_index],
+        "baseline_price_error": rows[base_index]["error"],
+        "calibration_budget_s": budget_s,
         "rows": rows,
     }
 
@@ -210,10 +236,17 @@ def markdown(results: dict[str, Any]) -> str:
             f"(ceiling {rep['within_10pct']:.0%} / {rep['mape']:.1%})"
         )
 
+    def speedups(r: dict[str, Any]) -> str:
+        s = r["random"].get("speedups")
+        if not s:
+            return "-"
+        return f"{s['within_10pct']:.0%} / {s['mape']:.1%}, base {r['baseline_price_error']:+.1%}"
+
     lines = [
         "| space | table: ops, calibration models, s | CV MAPE | random plans | corners | "
-        "last pick | protocol / plain loop: median, max gap |",
-        "|---|---|---|---|---|---|---|",
+        "last pick | random speed-ups, baseline price | protocol / plain loop: median, "
+        "max gap |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         gaps = [abs(row["measured_ms"] / row["plain_loop_ms"] - 1) for row in r["rows"]]
@@ -221,7 +254,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {r['table_ops']}, {r['calibration_models']}, {r['table_s']:.0f} | {cv} | "
             f"{cell(r['random'])} | {cell(r['corners'])} | {cell(r['pick'])} | "
-            f"{float(np.median(gaps)):.1%}, {max(gaps):.1%} |"
+            f"{speedups(r)} | {float(np.median(gaps)):.1%}, {max(gaps):.1%} |"
         )
     return "\n".join(lines)
 
@@ -239,6 +272,12 @@ def main() -> None:
     parser.add_argument(
         "--report", action="store_true", help="print the REPORT table of --json and stop"
     )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="local_table.calibration_budget_s for the table (default 0: none, the full count)",
+    )
     args = parser.parse_args()
     if args.report:
         print(markdown(json.loads(args.json.read_text())))
@@ -250,7 +289,8 @@ def main() -> None:
         for name in args.spaces:
             start = time.perf_counter()
             # a store per space: each table is calibrated on its own space's models
-            result = run_space(name, args.samples, store / Path(name).stem)
+            budget = args.budget_s or None
+            result = run_space(name, args.samples, store / Path(name).stem, budget)
             result["wall_s"] = round(time.perf_counter() - start, 1)
             name = result["space"]
             results[name] = result
@@ -267,7 +307,12 @@ def main() -> None:
                         f"{s['protocol_vs_plain_loop']['max_gap']:.1%}",
                         flush=True,
                     )
-            print(f"{name}: table CV MAPE {result['cv_mape']}", flush=True)
+            print(
+                f"{name}: table CV MAPE {result['cv_mape']}; random speed-ups "
+                f"{result['random']['speedups']['within_10pct']:.0%} within 10%; the "
+                f"uncompressed model priced {result['baseline_price_error']:+.1%}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
 import warnings
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from frontier.spaces import (
@@ -229,10 +231,23 @@ def _interior(model_bytes: bytes) -> bytes:
     return bytes(proto.SerializeToString())
 
 
+_last_line: dict[str, float] = {}  # label -> when its last progress line was printed
+
+
 def _progress(label: str, done: int, total: int, start: float) -> None:
-    if done == total or done % 25 == 0:
-        rate = done / max(time.perf_counter() - start, 1e-9)
-        print(f"{label}: {done}/{total} ({rate:.1f}/s)", file=sys.stderr)
+    """A line every 10 s and at the end, with the time left."""
+    now = time.perf_counter()
+    if done < total and now - max(_last_line.get(label, start), start) < 10.0:
+        return
+    _last_line[label] = now
+    rate = done / max(now - start, 1e-9)
+    left = f", about {_duration((total - done) / rate)} left" if done < total else ""
+    kind = label.removesuffix("s") if label.endswith("ops") else label
+    print(f"building {kind} models: {done}/{total} ({rate:.1f}/s{left})", file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def write_bundle(
@@ -244,6 +259,7 @@ def write_bundle(
     validation: int = 0,
     calibration: int | None = None,
     calibration_data: Any = None,
+    calibration_budget_s: float | None = None,
     name: str = "",
     progress: Callable[[str, int, int, float], None] = _progress,
     ops: SpaceOps | None = None,
@@ -268,6 +284,11 @@ def write_bundle(
     told: a new device measures it in a fraction of the time, and its table is predicted
     through a stored device's full table (``frontier lut import --few-shot-from``).
 
+    With ``calibration_budget_s`` (and ``calibration`` left to its default), the
+    calibration models are as many as fit that many seconds of building and timing,
+    estimated on the first three (``_within_budget``), and at least
+    ``BUDGET_MIN_MODELS``: a first table of a slow-to-build space in minutes.
+
     Every model's large weights are left out (``strip_weights``) and drawn by the runner
     from the seed its manifest entry names.
     """
@@ -275,6 +296,8 @@ def write_bundle(
     found = ops if ops is not None else space_ops(model, example_inputs, space)
     if calibration is None:
         calibration = FEW_SHOT_WHOLE_MODELS if few_shot else default_calibration(found)
+    else:
+        calibration_budget_s = None  # a count the caller gave is kept
     if 0 < calibration < MIN_CALIBRATION_MODELS:
         raise ValueError(
             f"calibration must be 0 or at least {MIN_CALIBRATION_MODELS} whole models, got "
@@ -306,6 +329,24 @@ def write_bundle(
                     "precision": "fp32",
                 }
             )
+        tag = [f"few-shot-{few_shot}"] if few_shot else []
+        digest = hashlib.sha256(
+            json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
+        ).hexdigest()[:16]
+        # the uncompressed model: every chunk of the bundle is timed beside it, and each
+        # row stated against it (``runner.relative_to``)
+        base = whole_model_bytes(model, CompressionPlan(), example_inputs, None)
+        entries.append(
+            {
+                "id": "baseline",
+                "kind": "baseline",
+                "file": "models/baseline.onnx",
+                "key": f"baseline-{digest}",
+                "plan": CompressionPlan().to_dict(),
+                "op_keys": [o.key for o in plan_ops(found.templates[TEACHER], CompressionPlan())],
+                **put(zf, "models/baseline.onnx", base),
+            }
+        )
         measured_ops = found.ops
         if few_shot:
             measured_ops = few_shot_ops(found.ops, few_shot)
@@ -325,10 +366,13 @@ def write_bundle(
                 }
             )
             progress("ops", i + 1, len(measured_ops), start)
-        tag = [f"few-shot-{few_shot}"] if few_shot else []
-        digest = hashlib.sha256(
-            json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
-        ).hexdigest()[:16]
+        ranges_from = timing_calibration(calibration_data)
+        built: dict[int, bytes] = {}  # by seed: models timed for the budget, kept
+        if calibration_budget_s is not None and calibration > BUDGET_MIN_MODELS:
+            calibration = _within_budget(
+                space, calibration, calibration_budget_s, built,
+                lambda plan: whole_model_bytes(model, plan, example_inputs, ranges_from),
+            )  # fmt: skip
         for kind, plans in (
             ("calibration", calibration_plans(space, calibration, CALIBRATION_SEED0)),
             (
@@ -341,8 +385,12 @@ def write_bundle(
         ):
             start = time.perf_counter()
             count = len(plans)
+            todo = [p for s, p in plans if not (kind == "calibration" and s in built)]
+            fresh = build_whole(model, todo, example_inputs, ranges_from)
             for i, (seed, plan) in enumerate(plans):
-                data = whole_model_bytes(model, plan, example_inputs, calibration_data)
+                data = built.pop(seed, None) if kind == "calibration" else None
+                if data is None:
+                    data = next(fresh)
                 file = f"models/{kind}-{i:04d}.onnx"
                 weights = put(zf, file, data)
                 arch = arch_key(plan)
@@ -360,6 +408,7 @@ def write_bundle(
                     }
                 )
                 progress(kind, i + 1, count, start)
+            fresh.close()  # its workers end here
         manifest = {
             "format": BUNDLE_FORMAT,
             "version": BUNDLE_VERSION,
@@ -373,6 +422,103 @@ def write_bundle(
         }
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+#: a bundle's whole models calibrate their INT8 activation ranges on this many samples:
+#: they are timed, not scored, and ranges move no latency (nor which layers run INT8)
+TIMING_CALIBRATION_SAMPLES = 8
+
+
+def timing_calibration(calibration_data: Any) -> Any:
+    """The first batch of ``calibration_data`` cut to ``TIMING_CALIBRATION_SAMPLES``
+    (tensors along their first dimension, in tuples, lists and dicts alike); None stays
+    None (benchmarks/bench_latency_trust.py calibrates its tables the same way)."""
+    if calibration_data is None:
+        return None
+    first = next(iter(calibration_data), None)
+    return None if first is None else [_head(first, TIMING_CALIBRATION_SAMPLES)]
+
+
+def _head(batch: Any, n: int) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch[:n] if batch.dim() else batch
+    if isinstance(batch, tuple | list):
+        return type(batch)(_head(b, n) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _head(v, n) for k, v in batch.items()}
+    return batch
+
+
+#: a calibration budget never cuts a table below this many models (the per-op
+#: correction needs many more: on a MobileNetV3 space, 90 models gave random plans 6.6%
+#: MAPE and 200 gave 2.8%; benchmarks/REPORT.md, "A first table in minutes")
+BUDGET_MIN_MODELS = 30
+#: seconds a model's timing adds to its build, for the budget
+MEASURE_S_PER_MODEL = 0.1
+
+
+def _within_budget(
+    space: SearchSpace,
+    count: int,
+    budget_s: float,
+    built: dict[int, bytes],
+    build: Callable[[CompressionPlan], bytes],
+) -> int:
+    """How many of ``count`` calibration models fit ``budget_s`` seconds, building and
+    timing (at least ``BUDGET_MIN_MODELS``): the first three of the list (corners, in
+    every list this long) are built and timed, and kept in ``built`` by seed."""
+    first = calibration_plans(space, count, CALIBRATION_SEED0)[:3]
+    start = time.perf_counter()
+    for seed, plan in first:
+        built[seed] = build(plan)
+    workers = min(os.cpu_count() or 1, BUILD_WORKERS)  # as ``build_whole`` builds the rest
+    per_model_s = (time.perf_counter() - start) / len(first) / workers + MEASURE_S_PER_MODEL
+    fits = max(BUDGET_MIN_MODELS, int(budget_s / per_model_s))
+    if fits < count:
+        print(
+            f"calibration: {fits} of {count} whole models ({per_model_s:.1f} s each fits a "
+            f"{budget_s:.0f} s budget, local_table.calibration_budget_s); each search's "
+            "measured front joins them (tracking.learn_front)",
+            file=sys.stderr,
+        )
+    return min(fits, count)
+
+
+#: at most this many processes build a bundle's whole models at once
+BUILD_WORKERS = 8
+_BUILDING: tuple[Any, ...] = ()  # (model, example inputs, calibration) for the workers
+
+
+def build_whole(
+    model: nn.Module, plans: list[Any], example_inputs: Any, calibration_data: Any
+) -> Generator[bytes, None, None]:
+    """``whole_model_bytes`` of each of ``plans``, in order, built by as many forked
+    processes as the machine has cores (at most ``BUILD_WORKERS``; in this process where
+    it has one core or no ``fork``): exporting a model is single-threaded Python, and a
+    MobileNetV3 space's 200 calibration models took 170 s on one core of two."""
+    global _BUILDING
+    import multiprocessing
+
+    workers = min(os.cpu_count() or 1, BUILD_WORKERS, len(plans))
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for plan in plans:
+            yield whole_model_bytes(model, plan, example_inputs, calibration_data)
+        return
+    _BUILDING = (model, example_inputs, calibration_data)
+    try:
+        with multiprocessing.get_context("fork").Pool(workers, _one_thread) as pool:
+            yield from pool.imap(_build_one, plans)
+    finally:
+        _BUILDING = ()
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)  # the workers share the cores
+
+
+def _build_one(plan: Any) -> bytes:
+    model, example_inputs, calibration_data = _BUILDING  # inherited from the fork
+    return whole_model_bytes(model, plan, example_inputs, calibration_data)
 
 
 def whole_model_bytes(

@@ -31,6 +31,8 @@ class LatencyEstimate:
         coverage: how many ops came from the table, the fallback and offloading, and how
             many sparse ops were priced as dense for want of a sparse-kernel row.
         energy_mj: energy per inference, when the table can price it.
+        measured_at: where the figure is the model as the table measured it (the
+            uncompressed model, timed beside every row), when; "" for a prediction.
     """
 
     latency_ms: float
@@ -38,3 +40,4 @@ class LatencyEstimate:
     ops: tuple[OpCost, ...]
     coverage: dict[str, int]
     energy_mj: float | None
+    measured_at: str = ""

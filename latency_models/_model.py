@@ -187,6 +187,17 @@ class LatencyModel:
         arch = arch_key(plan)
         return self.predict_ops(plan_ops(templates[arch], plan))
 
+    def _measured(self, specs: list[OpSpec]) -> Row | None:
+        """The table's measured uncompressed model that runs exactly ``specs``, if any:
+        every row is stated against it (``_table.against_baseline``), so it is priced
+        as measured, not predicted."""
+        keys = [s.key for s in specs]
+        for row in self.table.rows:
+            entry = self.table.models.get(row.key, {})
+            if row.kind == "baseline" and row.status == "ok" and entry.get("op_keys") == keys:
+                return row
+        return None
+
     # -- the arithmetic ---------------------------------------------------------------
     def _op_ms(self, row: Row) -> float:
         return max(row.median_ms - self.table.overhead_ms, 0.0)
@@ -412,8 +423,32 @@ class LatencyModel:
             self._transfer = fit_transfer(base, ops, self.table.overhead_ms, whole)
         return self._transfer
 
-    def predict_ops(self, specs: list[OpSpec]) -> LatencyEstimate:
-        """Predict the latency of a model that runs ``specs``."""
+    def baseline_check(self, model: Any) -> str:
+        """A line when the table's prediction of the uncompressed ``model`` (``bind`` it
+        first) is further from its measurement than the calibration's cross-validated
+        error, "" otherwise (or where it was not measured): the table prices the models
+        it was fitted on worse than it says, and the measured baseline is used."""
+        templates = self._bound.get(id(model))
+        plan = CompressionPlan()
+        specs = plan_ops(templates[arch_key(plan)], plan) if templates is not None else []
+        measured = self._measured(specs) if specs else None
+        if measured is None:
+            return ""
+        predicted = self.predict_ops(specs, as_measured=False).latency_ms
+        error = predicted / measured.median_ms - 1
+        stated = (self.method_cv or {}).get(self.method or "", 0.0)
+        if abs(error) <= max(stated if math.isfinite(stated) else 0.0, 0.05):
+            return ""
+        return (
+            f"table {self.table.name!r} predicts the uncompressed model {error:+.1%} off its "
+            f"measurement ({predicted:.4g} against {measured.median_ms:.4g} ms; the "
+            f"calibration's stated error is {stated:.1%}): speed-ups are taken against the "
+            "measurement; `frontier lut validate` checks the rest"
+        )
+
+    def predict_ops(self, specs: list[OpSpec], *, as_measured: bool = True) -> LatencyEstimate:
+        """Predict the latency of a model that runs ``specs`` (the uncompressed model
+        its table measured: that measurement, unless ``as_measured`` is False)."""
         if self.table.base is not None:
             estimate = self.transfer().predict_ops(specs)
             return dataclasses.replace(estimate, energy_mj=self._energy([], estimate.latency_ms))
@@ -440,6 +475,16 @@ class LatencyModel:
             source, _, dense = c.source.partition("-")
             coverage[source] += 1
             coverage["sparse_as_dense"] += bool(dense)
+        measured = self._measured(specs) if as_measured else None
+        if measured is not None:  # the uncompressed model, as measured
+            return LatencyEstimate(
+                latency_ms=measured.median_ms,
+                sum_ms=raw,
+                ops=tuple(costs),
+                coverage=coverage,
+                energy_mj=self._energy([], measured.median_ms),
+                measured_at=str(self.table.meta.get("date", "")) or "measured",
+            )
         return LatencyEstimate(
             latency_ms=latency,
             sum_ms=raw,

@@ -27,7 +27,7 @@ from typing import Any
 from .runner import COLUMNS, READABLE_VERSIONS, manifest_path, profiles_path, seeded_weights
 
 REQUIRED = ("model_id", "kind", "key", "status", "median_ms")
-KINDS = ("overhead", "op", "calibration", "validation")
+KINDS = ("overhead", "op", "calibration", "validation", "baseline")
 #: Fewest calibration models a table's calibration is fitted from (5-fold
 #: cross-validation picks it); with fewer a table predicts the plain sum of its ops.
 MIN_CALIBRATION_MODELS = 8
@@ -67,6 +67,11 @@ class Row:
     energy_mj: float | None = None
     #: the median as measured (the same as ``median_ms`` since timing protocol 1)
     raw_median_ms: float = math.nan
+    #: the uncompressed model's median in the same rounds (``runner.relative_to``);
+    #: NaN where the bundle had no baseline
+    baseline_ms: float = math.nan
+    #: which uncompressed model that was (a store's table holds several spaces)
+    baseline_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,15 @@ class DeviceTable:
 
     def ops(self) -> list[Row]:
         return [r for r in self.rows if r.kind == "op"]
+
+    def baseline_row(self, key: str | None = None) -> Row | None:
+        """The measured uncompressed model (``key``: a bundle's ``baseline-...`` key; None:
+        the only one), the anchor rows are stated against; None for a table measured
+        without one."""
+        rows = [r for r in self.rows if r.kind == "baseline" and r.status == "ok"]
+        if key is not None:
+            rows = [r for r in rows if r.key == key]
+        return rows[0] if len(rows) == 1 else None
 
     def whole_models(self, kind: str) -> list[Row]:
         return [r for r in self.rows if r.kind == kind and r.status == "ok"]
@@ -340,6 +354,8 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
                     runs=int(float(raw.get("runs") or 0)),
                     energy_mj=energy,
                     raw_median_ms=_float(raw.get("raw_median_ms", "")),
+                    baseline_ms=_float(raw.get("baseline_ms", "")),
+                    baseline_key=(raw.get("baseline_key") or "").strip(),
                 )
             )
     if problems:
@@ -347,8 +363,54 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise TableError(f"{path}: {len(problems)} bad row(s):\n  {shown}{more}")
     return DeviceTable(
-        name=name or meta.get("device") or path.stem, meta=meta, rows=rows, path=path
+        name=name or meta.get("device") or path.stem,
+        meta=meta,
+        rows=against_baseline(rows),
+        path=path,
     )
+
+
+def _baseline_anchors(rows: list[Row]) -> dict[str, float]:
+    """Each baseline's median ``baseline_ms`` over the rows timed beside it."""
+    by_key: dict[str, list[float]] = {}
+    for r in rows:
+        if r.status == "ok" and r.baseline_ms > 0 and r.baseline_key:
+            by_key.setdefault(r.baseline_key, []).append(r.baseline_ms)
+    return {k: _csv_digits(statistics.median(v)) for k, v in by_key.items()}
+
+
+def _csv_digits(value: float) -> float:
+    """``value`` as the table's CSV keeps it (6 significant digits): a table stated
+    against its baseline, written and read again, reads the same."""
+    return float(f"{value:.6g}")
+
+
+def against_baseline(rows: list[Row]) -> list[Row]:
+    """``rows`` stated against the uncompressed model: a row timed beside it (its
+    ``baseline_ms``) keeps its ratio to it, times that baseline's median over the table
+    (``baseline_ms`` becomes that median, so stating them again changes nothing). Rows
+    measured minutes apart, in another of the device's speeds, agree again; rows without
+    a baseline stay as measured."""
+    anchors = _baseline_anchors(rows)
+    if not anchors:
+        return rows
+    out = []
+    for r in rows:
+        anchor = anchors.get(r.baseline_key)
+        if r.status != "ok" or anchor is None or not r.baseline_ms > 0:
+            out.append(r)
+            continue
+        k = anchor / r.baseline_ms
+        out.append(
+            dataclasses.replace(
+                r,
+                median_ms=_csv_digits(r.median_ms * k),
+                p10_ms=_csv_digits(r.p10_ms * k),
+                p90_ms=_csv_digits(r.p90_ms * k),
+                baseline_ms=anchor,
+            )
+        )
+    return out
 
 
 class DeviceStore:
@@ -649,5 +711,7 @@ def write_rows(path: Path, rows: list[Row]) -> None:
                     "raw_median_ms": ""
                     if math.isnan(r.raw_median_ms)
                     else f"{r.raw_median_ms:.6g}",
+                    "baseline_ms": "" if math.isnan(r.baseline_ms) else f"{r.baseline_ms:.6g}",
+                    "baseline_key": r.baseline_key,
                 }
             )

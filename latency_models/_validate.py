@@ -17,9 +17,16 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from frontier.spaces import SearchSpace
+from frontier.spaces import CompressionPlan, SearchSpace
 
-from ._bundle import VALIDATION_SEED0, _progress, space_ops, whole_model_bytes, write_bundle
+from ._bundle import (
+    VALIDATION_SEED0,
+    _progress,
+    default_calibration,
+    space_ops,
+    whole_model_bytes,
+    write_bundle,
+)
 from ._devices import LOCAL_CPU, local_device
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
@@ -86,6 +93,7 @@ def ensure_local_table(
     calibration_data: Any = None,
     rounds: int = ROUNDS,
     round_s: float = ROUND_S,
+    calibration_budget_s: float | None = None,
 ) -> DeviceTable:
     """A table of this machine's CPU, measured here (with progress) for the ops it lacks:
     ``local-cpu`` with one ONNX Runtime thread, ``local-cpu-Nt`` with N.
@@ -119,8 +127,13 @@ def ensure_local_table(
     if table is None or any(table.get(s.key) is None for s in found.ops):
         table = _measure_ops(
             model, example_inputs, space, found, store, name, threads, calibration,
-            calibration_data, rounds, round_s,
+            calibration_data, rounds, round_s, calibration_budget_s,
         )  # fmt: skip
+        check = LatencyModel(table)
+        check.bind(model, example_inputs, space)
+        flagged = check.baseline_check(model)
+        if flagged:
+            print(f"warning: {flagged}", file=sys.stderr)
     sparse = [
         s for s in sparse_variants(found.ops, space.options.sparsity) if table.get(s.key) is None
     ]
@@ -141,8 +154,17 @@ def _measure_ops(
     calibration_data: Any,
     rounds: int,
     round_s: float,
+    calibration_budget_s: float | None,
 ) -> DeviceTable:
-    print(f"measuring {found.count} ops for the {name} table ...", file=sys.stderr)
+    count = calibration if calibration is not None else default_calibration(found)
+    budget = ""
+    if calibration is None and calibration_budget_s:
+        budget = f" (or as many as {calibration_budget_s:.0f} s allow)"
+    print(
+        f"measuring {found.count} ops and {count} calibration models{budget} for the "
+        f"{name} table: once per machine and space ...",
+        file=sys.stderr,
+    )
     power_w, source = cpu_power_w()
     with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
         bundle = Path(tmp) / "ops.zip"
@@ -153,6 +175,7 @@ def _measure_ops(
             space=space,
             calibration=calibration,
             calibration_data=calibration_data,
+            calibration_budget_s=calibration_budget_s,
             name=name,
             ops=found,
         )
@@ -222,6 +245,12 @@ class ValidationReport:
     calibration: dict[str, Any] = field(default_factory=dict)
     #: where the whole models were measured: "table" (on the device) or "local"
     measured: str = ""
+    #: each plan's speed-up over the uncompressed model, predicted against measured
+    #: (the uncompressed model timed in the same rounds): MAPE and share within 10%
+    speedup_mape: float = float("nan")
+    speedup_within_10pct: float = float("nan")
+    #: the table's price of the uncompressed model against its measurement beside them
+    baseline_error: float = float("nan")
 
     def summary(self) -> dict[str, Any]:
         """The figures a table keeps of its last validation (``validation`` in its
@@ -233,6 +262,9 @@ class ValidationReport:
             "within_10pct": round(self.within_10pct, 4),
             "mape": round(self.mape, 4),
             "kendall_tau": round(self.kendall_tau, 4),
+            "speedup_within_10pct": round(self.speedup_within_10pct, 4),
+            "speedup_mape": round(self.speedup_mape, 4),
+            "baseline_error": round(self.baseline_error, 4),
             "measured": self.measured,
             "calibration": self.calibration.get("method"),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -247,6 +279,9 @@ class ValidationReport:
             "mape": self.mape,
             "within_10pct": self.within_10pct,
             "kendall_tau": self.kendall_tau,
+            "speedup_mape": self.speedup_mape,
+            "speedup_within_10pct": self.speedup_within_10pct,
+            "baseline_error": self.baseline_error,
             "worst": self.worst,
             "csv": str(self.csv_path) if self.csv_path else None,
             "plot": str(self.plot_path) if self.plot_path else None,
@@ -273,12 +308,14 @@ def measure_models(
     round_s: float = ROUND_S,
     seed: int = 0,
     label: str = "",
+    reference: bytes | Path | None = None,
 ) -> list[float]:
     """Latencies in ms of whole ONNX models (bytes or files) on this machine's CPU,
     batch 1, by the timing protocol every Frontier latency follows
     (``runner.time_models``: one warm session per model, rounds that visit every model
-    in turn, the median of each model's round medians). ``label`` names the models in
-    progress output (none when empty)."""
+    in turn, the median of each model's round medians), stated against ``reference``
+    timed in the same rounds where given (``runner.time_chunked``). ``label`` names the
+    models in progress output (none when empty)."""
     start = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
@@ -289,7 +326,13 @@ def measure_models(
             )
 
     stats = measure_onnx(
-        models, threads=threads, rounds=rounds, round_s=round_s, seed=seed, progress=progress
+        models,
+        threads=threads,
+        rounds=rounds,
+        round_s=round_s,
+        seed=seed,
+        progress=progress,
+        reference=reference,
     )
     return [s["median_ms"] for s in stats]
 
@@ -302,10 +345,13 @@ def measure_plans(
     *,
     calibration_data: Any = None,
     label: str = "validation models",
+    against_first: bool = False,
 ) -> list[float]:
     """Whole-model latency (ms) of ``model`` compressed by each plan, exported as
     ``export_onnx`` writes it and measured here as the device runner measures whole
-    models: by the timing protocol, on the table's threads."""
+    models: by the timing protocol, on the table's threads. ``against_first``: every
+    chunk times the first plan's model in the same rounds, and each is stated against
+    it (speed-ups over it hold when the machine changes speed)."""
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         start = time.perf_counter()
@@ -319,7 +365,9 @@ def measure_plans(
                     f"exported {i + 1}/{len(plans)} ({time.perf_counter() - start:.0f} s)",
                     file=sys.stderr,
                 )
-        return measure_models(files, threads=int(table.meta.get("threads", 1) or 1), label=label)
+        threads = int(table.meta.get("threads", 1) or 1)
+        reference = files[0] if against_first and files else None
+        return measure_models(files, threads=threads, label=label, reference=reference)
 
 
 def validate(
@@ -378,11 +426,20 @@ def validate(
     seeds = [VALIDATION_SEED0 + i for i in range(samples)]
     plans = [space.sample(seed) for seed in seeds]
     predicted = [latency.predict(model, plan) for plan in plans]
+    base_predicted = latency.predict(model, CompressionPlan()).latency_ms
+    base_measured = None
     if use_table:
         measured = [stored[seed].median_ms for seed in seeds]
-    else:
-        measured = measure_plans(
-            model, plans, example_inputs, table, calibration_data=calibration_data
+        base_row = next((r for r in table.rows if r.kind == "baseline" and r.status == "ok"), None)
+        base_measured = base_row.median_ms if base_row is not None else None
+    else:  # the uncompressed model in the same rounds: the speed-ups a user measures
+        base_measured, *measured = measure_plans(
+            model,
+            [CompressionPlan(), *plans],
+            example_inputs,
+            table,
+            calibration_data=calibration_data,
+            against_first=True,
         )
     rows = [
         {
@@ -391,6 +448,11 @@ def validate(
             "sum_ms": p.sum_ms,
             "measured_ms": m,
             "error": p.latency_ms / m - 1,
+            "speedup_error": (
+                (base_predicted / p.latency_ms) / (base_measured / m) - 1
+                if base_measured
+                else float("nan")
+            ),
             "fallback_ops": p.coverage["fallback"],
         }
         for seed, p, m in zip(seeds, predicted, measured, strict=True)
@@ -399,11 +461,15 @@ def validate(
     meas = np.array([r["measured_ms"] for r in rows])
     err = pred / meas - 1
     order = np.argsort(-np.abs(err))
+    speed = np.array([r["speedup_error"] for r in rows])
     report = ValidationReport(
         device=table.name,
         samples=samples,
         mape=float(np.abs(err).mean()),
         within_10pct=float((np.abs(err) <= 0.10).mean()),
+        speedup_mape=float(np.abs(speed).mean()),
+        speedup_within_10pct=float((np.abs(speed) <= 0.10).mean()),
+        baseline_error=base_predicted / base_measured - 1 if base_measured else float("nan"),
         kendall_tau=float(kendalltau(pred, meas)[0]) if samples > 1 else float("nan"),
         worst=[rows[int(j)] for j in order[:5]],
         rows=rows,

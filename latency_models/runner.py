@@ -52,6 +52,8 @@ COLUMNS = [
     "runs",
     "error",
     "raw_median_ms",
+    "baseline_ms",
+    "baseline_key",
 ]
 
 #: The one timing protocol (``time_models``). Every latency Frontier reports (table
@@ -67,7 +69,7 @@ COLUMNS = [
 #: slow spell during a run falls on every model a little, because the rounds
 #: interleave them, and one slow round of five is outvoted.
 PROTOCOL_NAME = "frontier-ort-rounds"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 WARMUP_RUNS = 30
 #: Warm-up stops after this many seconds even before ``WARMUP_RUNS`` (a slow model).
 WARMUP_MAX_S = 3.0
@@ -138,6 +140,10 @@ def protocol(
         "statistic": "median over rounds of each round's median run",
         "drift": "rounds visit every model in a seeded order, so a slow spell falls on "
         "many models a little; values are milliseconds of the machine as it ran",
+        "against_baseline": "where a bundle holds the uncompressed model, every chunk "
+        "times it in the same rounds; a row is its ratio to it (the median over rounds "
+        "of the per-round ratio) times that baseline's median over the table, so a "
+        "device changing speed between chunks moves no speed-up",
     }
 
 
@@ -150,7 +156,7 @@ def time_models(
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     timer: Callable[[Callable[[], Any]], float] = wall_clock_ms,
-) -> list[dict[str, float]]:
+) -> list[dict[str, Any]]:
     """Time each of ``runs`` (a call that runs one model once) by the protocol above;
     ``timer`` times one run in ms (``wall_clock_ms``).
 
@@ -196,9 +202,44 @@ def time_models(
                 "p90_ms": _quantile(s, 0.9),
                 "runs": float(len(s)),
                 "spread": max(m) / min(m) - 1 if min(m) > 0 else 0.0,
+                "round_medians": list(m),
             }
         )
     return out
+
+
+def relative_to(stats: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """``stats`` of a model timed in the same rounds as ``reference`` (``time_models``),
+    stated against it: ``relative`` is the median over rounds of the model's round
+    median over the reference's in that round, and ``median_ms`` that ratio times the
+    reference's median (p10/p90 move with it); ``baseline_ms`` is the reference's
+    median. A device that changes speed between rounds (a throttling phone, a shared
+    machine's speed phases) moves both alike, so the ratio holds where milliseconds
+    do not; a table states each row against the baseline its rounds timed."""
+    ratios = [
+        a / b for a, b in zip(stats["round_medians"], reference["round_medians"], strict=True)
+    ]
+    relative = statistics.median(ratios)
+    median_ms = relative * reference["median_ms"]
+    scale = median_ms / stats["median_ms"] if stats["median_ms"] > 0 else 1.0
+    return {
+        **stats,
+        "median_ms": median_ms,
+        "p10_ms": stats["p10_ms"] * scale,
+        "p90_ms": stats["p90_ms"] * scale,
+        "spread": max(ratios) / min(ratios) - 1 if min(ratios) > 0 else 0.0,
+        "relative": relative,
+        "baseline_ms": reference["median_ms"],
+    }
+
+
+def time_against(
+    reference: Callable[[], Any], runs: Sequence[Callable[[], Any]], **options: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``time_models`` of ``runs`` with ``reference`` (the uncompressed model) timed in
+    the same rounds: the reference's own stats, and each run's ``relative_to`` it."""
+    stats = time_models([reference, *runs], **options)
+    return stats[0], [relative_to(st, stats[0]) for st in stats[1:]]
 
 
 def session_options(threads: int) -> Any:
@@ -322,18 +363,37 @@ def time_chunked(
     round_s: float = ROUND_S,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
-) -> list[dict[str, float]]:
+    reference: Any = None,
+) -> list[dict[str, Any]]:
     """``time_models`` over ``items`` in chunks of ``CHUNK_MODELS``: each chunk's runs
     are made (``make_run(item)``: a session, a kernel) only when it is timed, so a long
     list never holds more than one chunk in memory; their rounds interleave inside the
     chunk. One stats dict per item, in order; ``progress`` gets (done, total) after
-    each chunk."""
-    out: list[dict[str, float]] = []
+    each chunk.
+
+    With ``reference`` (an item: the uncompressed model), every chunk times it in the
+    same rounds (``time_against``) and each item is stated against it: its ``relative``
+    ratio times the reference's median over all chunks (``median_ms``, with that median
+    as ``baseline_ms``), so chunks timed in different speeds of the device agree."""
+    out: list[dict[str, Any]] = []
+    anchors: list[float] = []
     for first in range(0, len(items), CHUNK_MODELS):
         runs = [make_run(item) for item in items[first : first + CHUNK_MODELS]]
-        out += time_models(runs, rounds=rounds, round_s=round_s, seed=seed + first)
+        timing: dict[str, Any] = {"rounds": rounds, "round_s": round_s, "seed": seed + first}
+        if reference is None:
+            out += time_models(runs, **timing)
+        else:
+            ref, stats = time_against(make_run(reference), runs, **timing)
+            anchors.append(ref["median_ms"])
+            out += stats
         if progress is not None:
             progress(len(out), len(items))
+    if anchors:
+        anchor = statistics.median(anchors)
+        for st in out:
+            k = anchor / st["baseline_ms"]
+            st.update(median_ms=st["median_ms"] * k, p10_ms=st["p10_ms"] * k)
+            st.update(p90_ms=st["p90_ms"] * k, baseline_ms=anchor)
     return out
 
 
@@ -346,10 +406,12 @@ def measure_onnx(
     round_s: float = ROUND_S,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
-) -> list[dict[str, float]]:
+    reference: bytes | str | Path | None = None,
+) -> list[dict[str, Any]]:
     """Whole ONNX models (bytes or files) timed on this machine by the protocol
-    (``time_chunked``), batch 1 on seeded random inputs; one stats dict per model, in
-    order. ``progress`` gets (models done, models) after each chunk."""
+    (``time_chunked``, stated against ``reference`` where given), batch 1 on seeded
+    random inputs; one stats dict per model, in order. ``progress`` gets (models done,
+    models) after each chunk."""
     import numpy as np
 
     so = session_options(threads)
@@ -359,7 +421,13 @@ def measure_onnx(
         return open_session(data, so, provider=provider, rng=np.random.default_rng(0))[0]
 
     return time_chunked(
-        models, make_run, rounds=rounds, round_s=round_s, seed=seed, progress=progress
+        models,
+        make_run,
+        rounds=rounds,
+        round_s=round_s,
+        seed=seed,
+        progress=progress,
+        reference=reference,
     )
 
 
@@ -602,6 +670,17 @@ def measure_bundle(
     # whole model), so an import needs nothing but the files beside the CSV.
     manifest_path(out).write_text(json.dumps(manifest))
     done = _done_ids(out)
+    # the uncompressed model, timed in every chunk's rounds: each row is stated against
+    # it (``relative_to``), so a device changing speed between chunks moves no ratio
+    reference = next(
+        (
+            m
+            for m in manifest["models"]
+            if m["kind"] == "baseline" or (m["kind"] in kinds and m.get("role") == "baseline")
+        ),
+        None,
+    )  # a front bundle's baseline is a front member with that role
+    kinds = (*kinds, "baseline") if reference is not None else kinds
     wanted = [m for m in manifest["models"] if m["kind"] in kinds]
     todo = [m for m in wanted if m["id"] not in done]
     if len(todo) < len(wanted):
@@ -668,11 +747,31 @@ def measure_bundle(
                     continue
                 runs.append(run)
                 timed.append((row, entry, data, feeds))
-            stats = time_models(
-                runs, rounds=rounds, round_s=round_s, seed=chunk_no, timer=backend.timer
-            )
+            timing: dict[str, Any] = {"rounds": rounds, "round_s": round_s, "seed": chunk_no}
+            ref_run = None
+            if reference is not None and runs:
+                rng = np.random.default_rng(0)
+                ref_data = _member(zf, bundle, reference["file"])
+                try:
+                    ref_run, _ = backend.open(ref_data, reference, batch_size=batch_size, rng=rng)
+                except Exception as err:
+                    if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
+                        raise ValueError(
+                            f"{bundle}: {reference['file']} is not a valid ONNX model (the "
+                            "bundle is damaged; copy it again from where `frontier lut ops` "
+                            "wrote it)"
+                        ) from None
+                    print(f"the uncompressed model does not run here ({err}); rows are "
+                          "timed without it", file=sys.stderr)  # fmt: skip
+                    reference = None
+            if ref_run is not None:
+                _, stats = time_against(ref_run, runs, **timing, timer=backend.timer)
+            else:
+                stats = time_models(runs, **timing, timer=backend.timer)
             for (row, entry, data, feeds), st in zip(timed, stats, strict=True):
                 row.update({k: f"{v:.6g}" for k, v in st.items() if k.endswith("_ms")})
+                if reference is not None:
+                    row["baseline_key"] = reference["key"]
                 row.update(status="ok", error="", runs=int(st["runs"]))
                 row["raw_median_ms"] = row["median_ms"]
                 if entry["kind"] == "calibration":

@@ -261,6 +261,11 @@ class LocalTableSection(_Section):
 
     #: None: 200 for a model of at most 10 M MACs, else 60 (``default_calibration``)
     calibration: int | None = Field(default=None, ge=0)
+    #: when ``calibration`` is None, at most this many seconds of building and timing
+    #: calibration models (at least 30 models). A quicker first table, at a cost: on a
+    #: MobileNetV3 space, 60 s kept 90 of 200 models and random plans went from 2.8% to
+    #: 6.6% MAPE (benchmarks/REPORT.md, "A first table in minutes"); None: no budget
+    calibration_budget_s: float | None = Field(default=None, gt=0)
     #: the timing protocol's rounds and seconds per visit (``runner.time_models``)
     rounds: int = Field(default=ROUNDS, ge=1)
     round_s: float = Field(default=ROUND_S, gt=0)

@@ -449,6 +449,7 @@ def resolve_tables(
                 name=name,
                 calibration_data=task.calibration_batches(),
                 calibration=config.local_table.calibration,
+                calibration_budget_s=config.local_table.calibration_budget_s,
                 rounds=config.local_table.rounds,
                 round_s=config.local_table.round_s,
             )

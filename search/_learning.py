@@ -28,17 +28,23 @@ def measure_front(
     local ``device``, log it beside the prediction and, with ``learn``, add the
     measurements to the device's table (``learn_front``). Remote devices are measured
     by their runner (``frontier lut front``); a failure costs the search nothing."""
-    from frontier.latency_models import local_threads, measure_models
+    from frontier.latency_models import local_threads, measure_onnx, whole_model_bytes
+    from frontier.spaces import CompressionPlan
 
     threads = local_threads(device)
     if threads is None:
         return  # a remote device: its runner measures it
     members = sorted(models)
-    try:
-        measured = measure_models([models[n] for n in members], threads=threads)
+    ev = search.evaluation
+    try:  # beside the uncompressed model, in the same rounds (runner.time_chunked)
+        base = whole_model_bytes(ev.teacher, CompressionPlan(), ev.example)
+        stats = measure_onnx([models[n] for n in members], threads=threads, reference=base)
     except Exception as err:  # a report that fails costs the search nothing
         logger.warning("front not measured on %s (%s)", device, err)
         return
+    if not stats:
+        return
+    measured = [st["median_ms"] for st in stats]
     gaps = []
     for n, ms in zip(members, measured, strict=True):
         rec = search.records[n]
@@ -58,8 +64,11 @@ def measure_front(
             "%s: %d front members measured, median |predicted/measured - 1| %.1f%%",
             device, len(gaps), 100 * median,
         )  # fmt: skip
-    if learn:
-        learn_front(search, dict(zip(members, measured, strict=True)), device)
+    if learn:  # stated against the table's own measurement of the uncompressed model
+        table_base = ev.context.latency[device].predict(ev.teacher, CompressionPlan())
+        scale = table_base.latency_ms / stats[0]["baseline_ms"] if table_base.measured_at else 1
+        learned = {n: st["median_ms"] * scale for n, st in zip(members, stats, strict=True)}
+        learn_front(search, learned, device)
 
 
 def learn_front(search: Any, measured: dict[int, float], device: str) -> None:

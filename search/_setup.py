@@ -80,6 +80,7 @@ def plan_latency(
         base, est = lm.predict(model, CompressionPlan()), lm.predict(model, plan)
         out[name] = {
             "baseline_ms": round(base.latency_ms, 6),
+            "baseline": f"measured {base.measured_at}" if base.measured_at else "predicted",
             "compressed_ms": round(est.latency_ms, 6),
             "speedup": round(base.latency_ms / est.latency_ms, 3),
             "coverage": est.coverage,
@@ -161,8 +162,17 @@ def baseline(
         resolved = [c.resolve(values) for c in constraints]
     except ValueError as err:
         raise SearchError(str(err)) from None
+    from frontier.spaces import CompressionPlan
+
     shown = ", ".join(f"{k} {v:.6g}" for k, v in values.items())
     logger.info("baseline (the uncompressed model): %s", shown)
+    for device, lm in evaluation.context.latency.items():
+        when = lm.predict(evaluation.teacher, CompressionPlan()).measured_at
+        if when and f"latency_ms@{device}" in values:
+            logger.info(
+                "baseline latency on %s: measured %s, beside every row of its table "
+                "(speed-ups are against it)", device, when,
+            )  # fmt: skip
     for was, now in zip(constraints, resolved, strict=True):
         if str(was) != str(now):
             logger.info("constraint %s -> %s", was, now)

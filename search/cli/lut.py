@@ -381,7 +381,11 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
             space,
             store=store,
             name=args.device,
+            calibration=config.local_table.calibration,
             calibration_data=task.calibration_batches(),
+            rounds=config.local_table.rounds,
+            round_s=config.local_table.round_s,
+            calibration_budget_s=config.local_table.calibration_budget_s,
         )
     else:
         table = store.load(args.device)

@@ -32,14 +32,15 @@ def test_runner_validate_pick_and_sparse_rows_share_one_timer(
 
     path, manifest = bundle
     measure_bundle(path, tmp_path / "t.csv", device="d", rounds=1, round_s=0.005)
-    assert sum(timed) == len(manifest["models"])  # every row of the table
+    # every row of the table, and in each chunk the uncompressed model it is stated against
+    assert sum(timed) == len(manifest["models"]) + len(timed)
 
     timed.clear()
     _, model, x, space = mlp_setup
     validate(
         LatencyModel(table), model=model, example_inputs=x, space=space, samples=3, measure="local"
     )
-    assert sum(timed) == 3
+    assert sum(timed) == 3 + 1 + 1  # the plans, the uncompressed one, it again as reference
 
     timed.clear()
     onnx_path = tmp_path / "pick.onnx"

@@ -1,0 +1,62 @@
+"""A first table's calibration within a time budget: as many whole models as fit, at
+least ``BUDGET_MIN_MODELS``, the same seeded plans as a bundle of that many."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+from frontier.latency_models import write_bundle
+from frontier.latency_models._bundle import BUDGET_MIN_MODELS, timing_calibration
+from frontier.latency_models._corners import calibration_plans
+
+
+def _calibration(manifest: dict) -> list[dict]:
+    return [m for m in manifest["models"] if m["kind"] == "calibration"]
+
+
+def test_a_tight_budget_keeps_the_minimum_of_the_same_plans(mlp_setup, tmp_path, capsys) -> None:
+    task, model, x, space = mlp_setup
+    common = {"model": model, "example_inputs": x, "space": space}
+    data = task.calibration_batches()
+    cut = write_bundle(
+        tmp_path / "cut.zip", **common, calibration_data=data, calibration_budget_s=0.01
+    )
+    assert "calibration: 30 of 200 whole models" in capsys.readouterr().err
+    models = _calibration(cut)
+    assert len(models) == BUDGET_MIN_MODELS
+    seeds = [seed for seed, _ in calibration_plans(space, BUDGET_MIN_MODELS, 10_000)]
+    assert [m["seed"] for m in models] == seeds
+    # the models timed for the estimate are the ones a bundle of 30 holds
+    plain = write_bundle(
+        tmp_path / "plain.zip", **common, calibration=BUDGET_MIN_MODELS, calibration_data=data
+    )
+    assert [m["plan"] for m in _calibration(plain)] == [m["plan"] for m in models]
+    with zipfile.ZipFile(tmp_path / "cut.zip") as a, zipfile.ZipFile(tmp_path / "plain.zip") as b:
+        assert json.loads(a.read("manifest.json"))["bundle_id"] == plain["bundle_id"]
+        for m in models[:3]:
+            assert a.read(m["file"]) == b.read(m["file"])
+
+
+def test_a_count_given_is_kept_whatever_the_budget(mlp_setup, tmp_path) -> None:
+    _, model, x, space = mlp_setup
+    manifest = write_bundle(
+        tmp_path / "b.zip",
+        model=model,
+        example_inputs=x,
+        space=space,
+        calibration=8,
+        calibration_budget_s=0.01,
+    )
+    assert len(_calibration(manifest)) == 8
+
+
+def test_timing_calibration_is_one_small_batch() -> None:
+    import torch
+
+    batches = [(torch.zeros(128, 4), torch.zeros(128)), (torch.ones(128, 4), torch.ones(128))]
+    (x, y), *rest = timing_calibration(batches)
+    assert not rest and x.shape == (8, 4) and y.shape == (8,)
+    ids = timing_calibration([({"input_ids": torch.zeros(64, 12)}, torch.zeros(64))])
+    assert ids[0][0]["input_ids"].shape == (8, 12)
+    assert timing_calibration(None) is None and timing_calibration([]) is None
