@@ -681,21 +681,49 @@ def latency_trust_section(trust: dict[str, Any]) -> list[str]:
         "Each space's own table, 50 seeded random plans and the corner plans, against the "
         "timing protocol's measurement; the ceiling is the same models measured twice; "
         "'vs plain loop' is the share of models where the protocol and a plain ONNX "
-        "Runtime loop agree within 5%.",
+        "Runtime loop agree within 5%. Since protocol 2 (2026-11-27) each plan's speed-up "
+        "over the uncompressed model is measured in the same rounds and compared with the "
+        "table's ('speed-ups'), and 'baseline' is the table's price of the uncompressed "
+        "model against that measurement; '-' for runs before.",
         "",
         "| space | random within 10% | random MAPE | corners within 10% | corners MAPE | "
-        "CV MAPE | ceiling (random) | vs plain loop (random) |",
-        "|---|---|---|---|---|---|---|---|",
+        "CV MAPE | ceiling (random) | vs plain loop (random) | speed-ups within 10% / "
+        "MAPE (random) | baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in trust.items():
         r, c = row["random"], row["corners"]
         ceiling = r.get("repeatability", {})
         plain = r.get("protocol_vs_plain_loop", {})
+        speed = r.get("speedups", {})
+        base = row.get("baseline_price_error")
         lines.append(
             f"| {name} | {_pct(r['within_10pct'])} | {_pct(r['mape'])} | "
             f"{_pct(c['within_10pct'])} | {_pct(c['mape'])} | {_pct(row.get('cv_mape'))} | "
             f"{_pct(ceiling.get('within_10pct'))} / {_pct(ceiling.get('mape'))} | "
-            f"{_pct(plain.get('within_5pct'))} |"
+            f"{_pct(plain.get('within_5pct'))} | "
+            f"{_pct(speed.get('within_10pct'))} / {_pct(speed.get('mape'))} | "
+            f"{'-' if base is None else f'{100 * base:+.1f}%'} |"
+        )
+    return [*lines, ""]
+
+
+def first_table_section(runs: dict[str, Any]) -> list[str]:
+    lines = [
+        "### A first table in minutes (`benchmarks/bench_first_table.py`)",
+        "",
+        "A user's own model searched from a fresh device store: the search measures its "
+        "`local-cpu` table, then runs trials; the clock stops at the first finished trial.",
+        "",
+        "| run | config, overrides | baseline cache | first trial after | machine, date |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in runs.items():
+        took = r.get("first_trial_s")
+        lines.append(
+            f"| {name} | {r['config']} {' '.join(r.get('overrides', []))} | "
+            f"{r.get('cache', '')} | {'-' if took is None else f'{took:.0f} s'} | "
+            f"{r.get('machine', '')}, {r.get('date', '')} |"
         )
     return [*lines, ""]
 
@@ -946,6 +974,7 @@ def logged_sections(logs: Path) -> list[str]:
     lines = [LOGGED_MARKER, ""]
     for filename, section in (
         ("latency-trust.json", latency_trust_section),
+        ("first-table.json", first_table_section),
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),
         ("remote-models.json", remote_models_section),

@@ -177,15 +177,19 @@ class LatencyModel:
         """Prepare predictions for plans of ``space`` on ``model`` (exports it once)."""
         self._bound[id(model)] = space_templates(model, example_inputs, space)
 
-    def predict(self, model: Any, plan: CompressionPlan) -> LatencyEstimate:
-        """Predicted latency of ``model`` compressed by ``plan`` (``bind`` it first)."""
+    def predict(
+        self, model: Any, plan: CompressionPlan, *, as_measured: bool = True
+    ) -> LatencyEstimate:
+        """Predicted latency of ``model`` compressed by ``plan`` (``bind`` it first); the
+        uncompressed model is its measurement where the table has one, unless
+        ``as_measured`` is False (``predict_ops``)."""
         templates = self._bound.get(id(model))
         if templates is None:
             raise ValueError(
                 "predict(model, plan): bind(model, example_inputs, space) this model first"
             )
         arch = arch_key(plan)
-        return self.predict_ops(plan_ops(templates[arch], plan))
+        return self.predict_ops(plan_ops(templates[arch], plan), as_measured=as_measured)
 
     def _measured(self, specs: list[OpSpec]) -> Row | None:
         """The table's measured uncompressed model that runs exactly ``specs``, if any:
@@ -475,8 +479,11 @@ class LatencyModel:
             source, _, dense = c.source.partition("-")
             coverage[source] += 1
             coverage["sparse_as_dense"] += bool(dense)
-        measured = self._measured(specs) if as_measured else None
-        if measured is not None:  # the uncompressed model, as measured
+        # the uncompressed model as measured, where the device ran it as priced here (a
+        # derived device offloads some of its ops: those it prices, not measures)
+        priced_here = all(c.source == "table" for c in costs)
+        measured = self._measured(specs) if as_measured and priced_here else None
+        if measured is not None:
             return LatencyEstimate(
                 latency_ms=measured.median_ms,
                 sum_ms=raw,

@@ -90,7 +90,7 @@ class OwnMnasnet(Task):
         # every worker builds the task and calls this: train once, then read the cache
         if self._model is not None:
             return self._model
-        path = cache_dir() / f"own-mnasnet-bn-e{self.epochs}-s{self.seed}.pt"
+        path = cache_dir() / f"{self.name}-bn-e{self.epochs}-s{self.seed}.pt"
         model = self.new_model()
         if path.exists():
             model.load_state_dict(torch.load(path, weights_only=True))
