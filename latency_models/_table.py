@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .runner import COLUMNS, READABLE_VERSIONS, manifest_path, profiles_path, seeded_weights
+from .runner import (
+    COLUMNS,
+    READABLE_VERSIONS,
+    manifest_path,
+    profiles_path,
+    seeded_weights,
+    state_against,
+)
 
 REQUIRED = ("model_id", "kind", "key", "status", "median_ms")
 KINDS = ("overhead", "op", "calibration", "validation", "baseline")
@@ -72,6 +79,8 @@ class Row:
     baseline_ms: float = math.nan
     #: which uncompressed model that was (a store's table holds several spaces)
     baseline_key: str = ""
+    #: the row's ratio to it in the same rounds (``runner.relative_to``)
+    relative: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -356,6 +365,7 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
                     raw_median_ms=_float(raw.get("raw_median_ms", "")),
                     baseline_ms=_float(raw.get("baseline_ms", "")),
                     baseline_key=(raw.get("baseline_key") or "").strip(),
+                    relative=_float(raw.get("relative", "")),
                 )
             )
     if problems:
@@ -386,28 +396,24 @@ def _csv_digits(value: float) -> float:
 
 
 def against_baseline(rows: list[Row]) -> list[Row]:
-    """``rows`` stated against the uncompressed model: a row timed beside it (its
-    ``baseline_ms``) keeps its ratio to it, times that baseline's median over the table
-    (``baseline_ms`` becomes that median, so stating them again changes nothing). Rows
-    measured minutes apart, in another of the device's speeds, agree again; rows without
-    a baseline stay as measured."""
+    """``rows`` stated against the uncompressed model (``runner.state_against``): a row
+    whose chunk ran the baseline far off its median over the table (another of the
+    device's speeds) becomes its ratio to it times that median; the rest, and rows
+    without a baseline, stay as measured. Stating them again changes nothing."""
     anchors = _baseline_anchors(rows)
     if not anchors:
         return rows
     out = []
     for r in rows:
         anchor = anchors.get(r.baseline_key)
-        if r.status != "ok" or anchor is None or not r.baseline_ms > 0:
+        if r.status != "ok" or anchor is None or not r.baseline_ms > 0 or not r.relative > 0:
             out.append(r)
             continue
-        k = anchor / r.baseline_ms
+        ms = _csv_digits(state_against(r.median_ms, r.relative, r.baseline_ms, anchor))
+        k = ms / r.median_ms
         out.append(
             dataclasses.replace(
-                r,
-                median_ms=_csv_digits(r.median_ms * k),
-                p10_ms=_csv_digits(r.p10_ms * k),
-                p90_ms=_csv_digits(r.p90_ms * k),
-                baseline_ms=anchor,
+                r, median_ms=ms, p10_ms=_csv_digits(r.p10_ms * k), p90_ms=_csv_digits(r.p90_ms * k)
             )
         )
     return out
@@ -713,5 +719,6 @@ def write_rows(path: Path, rows: list[Row]) -> None:
                     else f"{r.raw_median_ms:.6g}",
                     "baseline_ms": "" if math.isnan(r.baseline_ms) else f"{r.baseline_ms:.6g}",
                     "baseline_key": r.baseline_key,
+                    "relative": "" if math.isnan(r.relative) else f"{r.relative:.6g}",
                 }
             )

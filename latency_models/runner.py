@@ -54,6 +54,7 @@ COLUMNS = [
     "raw_median_ms",
     "baseline_ms",
     "baseline_key",
+    "relative",
 ]
 
 #: The one timing protocol (``time_models``). Every latency Frontier reports (table
@@ -141,8 +142,9 @@ def protocol(
         "drift": "rounds visit every model in a seeded order, so a slow spell falls on "
         "many models a little; values are milliseconds of the machine as it ran",
         "against_baseline": "where a bundle holds the uncompressed model, every chunk "
-        "times it in the same rounds; a row is its ratio to it (the median over rounds "
-        "of the per-round ratio) times that baseline's median over the table, so a "
+        "times it in the same rounds; a row of a chunk whose baseline ran more than "
+        f"{PHASE_TOLERANCE:.0%} off the baseline's median over the table is its ratio "
+        "to it (the median over rounds of the per-round ratio) times that median, so a "
         "device changing speed between chunks moves no speed-up",
     }
 
@@ -208,29 +210,32 @@ def time_models(
     return out
 
 
+#: a chunk whose uncompressed model ran this much off its median over the table ran
+#: in another of the device's speeds: its rows are stated against the baseline
+#: (``state_against``); closer, they keep their own medians (a ratio to a second noisy
+#: median would only add that model's noise to every row of the chunk)
+PHASE_TOLERANCE = 0.10
+
+
 def relative_to(stats: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     """``stats`` of a model timed in the same rounds as ``reference`` (``time_models``),
-    stated against it: ``relative`` is the median over rounds of the model's round
-    median over the reference's in that round, and ``median_ms`` that ratio times the
-    reference's median (p10/p90 move with it); ``baseline_ms`` is the reference's
-    median. A device that changes speed between rounds (a throttling phone, a shared
-    machine's speed phases) moves both alike, so the ratio holds where milliseconds
-    do not; a table states each row against the baseline its rounds timed."""
+    with ``relative``: the median over rounds of the model's round median over the
+    reference's in that round, and ``baseline_ms``: the reference's median. A device
+    that changes speed between rounds (a throttling phone, a shared machine's speed
+    phases) moves both alike, so the ratio holds where milliseconds do not."""
     ratios = [
         a / b for a, b in zip(stats["round_medians"], reference["round_medians"], strict=True)
     ]
-    relative = statistics.median(ratios)
-    median_ms = relative * reference["median_ms"]
-    scale = median_ms / stats["median_ms"] if stats["median_ms"] > 0 else 1.0
-    return {
-        **stats,
-        "median_ms": median_ms,
-        "p10_ms": stats["p10_ms"] * scale,
-        "p90_ms": stats["p90_ms"] * scale,
-        "spread": max(ratios) / min(ratios) - 1 if min(ratios) > 0 else 0.0,
-        "relative": relative,
-        "baseline_ms": reference["median_ms"],
-    }
+    return {**stats, "relative": statistics.median(ratios), "baseline_ms": reference["median_ms"]}
+
+
+def state_against(median_ms: float, relative: float, baseline_ms: float, anchor_ms: float) -> float:
+    """A row's ms against the uncompressed model's median over the table
+    (``anchor_ms``): its own median where its chunk ran the baseline within
+    ``PHASE_TOLERANCE`` of it, else its ratio to the baseline times ``anchor_ms``."""
+    if abs(baseline_ms / anchor_ms - 1) <= PHASE_TOLERANCE:
+        return median_ms
+    return relative * anchor_ms
 
 
 def time_against(
@@ -372,9 +377,9 @@ def time_chunked(
     each chunk.
 
     With ``reference`` (an item: the uncompressed model), every chunk times it in the
-    same rounds (``time_against``) and each item is stated against it: its ``relative``
-    ratio times the reference's median over all chunks (``median_ms``, with that median
-    as ``baseline_ms``), so chunks timed in different speeds of the device agree."""
+    same rounds (``time_against``) and each item is stated against the reference's
+    median over all chunks (``state_against``), so chunks timed in different speeds of
+    the device agree."""
     out: list[dict[str, Any]] = []
     anchors: list[float] = []
     for first in range(0, len(items), CHUNK_MODELS):
@@ -391,9 +396,9 @@ def time_chunked(
     if anchors:
         anchor = statistics.median(anchors)
         for st in out:
-            k = anchor / st["baseline_ms"]
-            st.update(median_ms=st["median_ms"] * k, p10_ms=st["p10_ms"] * k)
-            st.update(p90_ms=st["p90_ms"] * k, baseline_ms=anchor)
+            ms = state_against(st["median_ms"], st["relative"], st["baseline_ms"], anchor)
+            k = ms / st["median_ms"]
+            st.update(median_ms=ms, p10_ms=st["p10_ms"] * k, p90_ms=st["p90_ms"] * k)
     return out
 
 
@@ -772,6 +777,7 @@ def measure_bundle(
                 row.update({k: f"{v:.6g}" for k, v in st.items() if k.endswith("_ms")})
                 if reference is not None:
                     row["baseline_key"] = reference["key"]
+                    row["relative"] = f"{st['relative']:.6g}"
                 row.update(status="ok", error="", runs=int(st["runs"]))
                 row["raw_median_ms"] = row["median_ms"]
                 if entry["kind"] == "calibration":

@@ -66,8 +66,10 @@ def measure_front(
         )  # fmt: skip
     if learn:  # stated against the table's own measurement of the uncompressed model
         table_base = ev.context.latency[device].predict(ev.teacher, CompressionPlan())
-        scale = table_base.latency_ms / stats[0]["baseline_ms"] if table_base.measured_at else 1
-        learned = {n: st["median_ms"] * scale for n, st in zip(members, stats, strict=True)}
+        learned = {
+            n: st["relative"] * table_base.latency_ms if table_base.measured_at else ms
+            for n, st, ms in zip(members, stats, measured, strict=True)
+        }
         learn_front(search, learned, device)
 
 
