@@ -718,14 +718,17 @@ def first_table_section(runs: dict[str, Any]) -> list[str]:
         "| run | config, overrides | baseline cache | first trial after | machine, date |",
         "|---|---|---|---|---|",
     ]
+    notes = runs.get("notes", [])
     for name, r in runs.items():
+        if name == "notes":
+            continue
         took = r.get("first_trial_s")
         lines.append(
             f"| {name} | {r['config']} {' '.join(r.get('overrides', []))} | "
             f"{r.get('cache', '')} | {'-' if took is None else f'{took:.0f} s'} | "
             f"{r.get('machine', '')}, {r.get('date', '')} |"
         )
-    return [*lines, ""]
+    return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
 
 def cluster_section(cluster: dict[str, Any]) -> list[str]:
