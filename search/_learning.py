@@ -66,10 +66,9 @@ def measure_front(
         )  # fmt: skip
     if learn:  # stated against the table's own measurement of the uncompressed model
         table_base = ev.context.latency[device].predict(ev.teacher, CompressionPlan())
-        learned = {
-            n: st["relative"] * table_base.latency_ms if table_base.measured_at else ms
-            for n, st, ms in zip(members, stats, measured, strict=True)
-        }
+        now_base = float(np.median([st["baseline_ms"] for st in stats]))
+        scale = table_base.latency_ms / now_base if table_base.measured_at else 1.0
+        learned = {n: ms * scale for n, ms in zip(members, measured, strict=True)}
         learn_front(search, learned, device)
 
 
