@@ -280,6 +280,8 @@ def read_table(path: str | Path, *, name: str | None = None) -> DeviceTable:
     bad row is named by its line number.
     """
     path = Path(path)
+    if path.is_dir():
+        raise TableError(f"{path}: is a folder; give the table CSV `frontier lut measure` wrote")
     if not path.is_file():
         raise TableError(f"{path}: no such file")
     try:

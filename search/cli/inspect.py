@@ -77,6 +77,8 @@ def _onnx_file(target: str, args: argparse.Namespace, scratch: Path) -> Path:
     """``target`` as an ONNX file: a path, or a trial run's ``model.onnx`` from MLflow."""
     path = Path(target)
     if path.suffix == ".onnx" or path.exists():
+        if path.is_dir():
+            raise UsageError(f"profile: {path}: is a folder; give an ONNX file or a run id")
         if not path.is_file():
             raise UsageError(f"profile: {path}: no such ONNX file")
         return path

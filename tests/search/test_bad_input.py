@@ -141,6 +141,9 @@ def test_a_binary_journal_or_model_is_named(write_config, workdir: Path, capsys)
     _fails(capsys, ["profile", "m.onnx", "--runs", "10"], "m.onnx: not an ONNX model")
     (workdir / "empty.onnx").write_bytes(b"")
     _fails(capsys, ["profile", "empty.onnx", "--runs", "10"], "empty.onnx: an ONNX file with no")
+    (workdir / "models").mkdir()
+    _fails(capsys, ["profile", "models", "--runs", "10"], "models: is a folder")
+    _fails(capsys, ["lut", "import", "models", "--name", "x"], "models: is a folder")
 
 
 def test_pick_export_paths_that_cannot_hold_the_model(write_config, workdir: Path, capsys) -> None:
