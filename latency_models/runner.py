@@ -741,11 +741,7 @@ def measure_bundle(
                     run()  # a provider that cannot run it fails here, not mid-timing
                 except Exception as err:  # the provider cannot run it: record, don't crash
                     if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
-                        raise ValueError(
-                            f"{bundle}: {entry['file']} is not a valid ONNX model (the "
-                            "bundle is damaged; copy it again from where `frontier lut ops` "
-                            "wrote it)"
-                        ) from None
+                        raise _damaged(bundle, entry["file"]) from None
                     msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                     row.update(status="unsupported", median_ms="", p10_ms="", p90_ms="")
                     row.update(raw_median_ms="", runs=0, error=msg)
@@ -761,11 +757,7 @@ def measure_bundle(
                     ref_run, _ = backend.open(ref_data, reference, batch_size=batch_size, rng=rng)
                 except Exception as err:
                     if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
-                        raise ValueError(
-                            f"{bundle}: {reference['file']} is not a valid ONNX model (the "
-                            "bundle is damaged; copy it again from where `frontier lut ops` "
-                            "wrote it)"
-                        ) from None
+                        raise _damaged(bundle, reference["file"]) from None
                     print(f"the uncompressed model does not run here ({err}); rows are "
                           "timed without it", file=sys.stderr)  # fmt: skip
                     reference = None
@@ -790,6 +782,13 @@ def measure_bundle(
             count += len(chunk)
             _progress(count, len(todo), start, chunk[-1].get("key", chunk[-1]["id"]))
     return out
+
+
+def _damaged(bundle: Path, member: str) -> ValueError:
+    return ValueError(
+        f"{bundle}: {member} is not a valid ONNX model (the bundle is damaged; copy it "
+        "again from where `frontier lut ops` wrote it)"
+    )
 
 
 def at_least(minimum: float, kind: type = int) -> Any:

@@ -5,7 +5,6 @@ own modules; ``_setup`` assembles the default callbacks."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,15 +26,12 @@ from ._storage import (
     GENERATION_ATTR,
     PROMOTION_ATTR,
     RUN_ATTR,
-    SearchError,
     StudyStore,
     restore,
 )
 from ._timing import Timing
 from ._tracking import no_telemetry
-
-#: a run whose first this many trials fail with one error stops (exit 2; ``--resume``)
-STOP_AFTER = 3
+from ._watch import Watch
 
 
 class Search:
@@ -98,10 +94,6 @@ class Search:
         self.timing = Timing()
         self.generation = 0
         self._exhausted = False
-        #: per rung, this run's failures there before its first success (``_stop_if_hopeless``)
-        self._first_failures: dict[int, list[str]] = {}
-        self._succeeded: set[int] = set()
-        self._hinted = False  # the under-trained baseline is named once
         self._held: StudyStore | None = None  # the storage whose lock this search holds
 
     # -- state callbacks read ---------------------------------------------------------------
@@ -139,6 +131,7 @@ class Search:
         """Run the search to its trial budget; returns its result."""
         cfg = self.config
         self.evaluation = setup.prepare(cfg, self.store, self.resume)
+        self.watch = Watch(self.evaluation)
         self.objectives: list[Objective] = self.evaluation.objectives()
         try:
             self._open()
@@ -232,30 +225,7 @@ class Search:
         self.records[rec.number] = rec
         self.front.changed()
         self._notify("on_trial", rec)
-        self._stop_if_hopeless(0, rec.error if rec.state == "failed" else None)
-        if isinstance(outcome, TrialResult):
-            self._hint_under_trained(rec, 0, outcome)
-
-    def _stop_if_hopeless(self, rung: int, error: str | None) -> None:
-        """Stop with a ``SearchError`` when this run's first ``STOP_AFTER`` evaluations at
-        ``rung`` all failed with the same error (numbers aside: shapes differ from plan
-        to plan); a search that cannot succeed would otherwise fail trial after trial.
-        Failed trials stay in the study, and ``--resume`` goes on once the cause is fixed."""
-        if rung in self._succeeded:
-            return
-        if error is None:
-            self._succeeded.add(rung)
-            return
-        first = error.splitlines()[0] if error else "no message"
-        failures = self._first_failures.setdefault(rung, [])
-        failures.append(first)
-        if len(failures) >= STOP_AFTER and len({re.sub(r"\d+", "N", e) for e in failures}) == 1:
-            name = self.evaluation.rungs[rung]
-            what = "trials" if rung == 0 else f"promotions to the {name} rung"
-            raise SearchError(
-                f"the first {STOP_AFTER} {what} all failed with the same error, so the "
-                f"search stopped: {first}. Fix the cause, then continue with --resume"
-            )
+        self.watch.seen(rec.number, rec.plan, 0, outcome)
 
     def _finish_promotion(
         self, number: int, rung: int, outcome: TrialResult | BaseException
@@ -267,24 +237,10 @@ class Search:
         else:
             rec.rungs[rung] = dict(outcome.values)
             self._measured(rec, rung, outcome)
-            self._hint_under_trained(rec, rung, outcome)
         self.front.changed()
         self.study_store.save_rungs(self.study, rec)
         self._notify("on_promotion", rec, rung)
-        failed = isinstance(outcome, BaseException)
-        self._stop_if_hopeless(rung, f"{type(outcome).__name__}: {outcome}" if failed else None)
-
-    def _hint_under_trained(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
-        """Say once (and in the summary's notes) that the baseline is under-trained when
-        the uncompressed plan, fine-tuned at a rung, beats it beyond noise."""
-        value = outcome.values.get(ACCURACY)
-        if self._hinted or value is None or ACCURACY not in self.evaluation.metrics:
-            return
-        hint = setup.under_trained(self.evaluation, rec.plan, rung, value)
-        if hint:
-            self._hinted = True
-            logger.warning("trial %d: %s", rec.number, hint)
-            self.evaluation.notes.append(f"trial {rec.number}: {hint}")
+        self.watch.seen(number, rec.plan, rung, outcome)
 
     def _measured(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
         """Time ``outcome``; keep the model its job exported on ``rec`` for the callback
