@@ -171,6 +171,8 @@ class LatencyModel:
     #: ``op_cost`` by (key, native) (a key names the sparsity too): a search prices the
     #: same few ops over and over, and a model's table does not change under it
     _costs: dict[tuple[str, bool], OpCost] = field(default_factory=dict, repr=False)
+    #: the table's measured uncompressed models by their ops' keys (``_measured``)
+    _baselines: dict[tuple[str, ...], Row] | None = field(default=None, repr=False)
 
     # -- binding models ---------------------------------------------------------------
     def bind(self, model: Any, example_inputs: Any, space: SearchSpace) -> None:
@@ -195,12 +197,13 @@ class LatencyModel:
         """The table's measured uncompressed model that runs exactly ``specs``, if any:
         every row is stated against it (``_table.against_baseline``), so it is priced
         as measured, not predicted."""
-        keys = [s.key for s in specs]
-        for row in self.table.rows:
-            entry = self.table.models.get(row.key, {})
-            if row.kind == "baseline" and row.status == "ok" and entry.get("op_keys") == keys:
-                return row
-        return None
+        if self._baselines is None:  # built once: predict runs for every plan priced
+            self._baselines = {
+                tuple(self.table.models.get(r.key, {}).get("op_keys", ())): r
+                for r in self.table.rows
+                if r.kind == "baseline" and r.status == "ok"
+            }
+        return self._baselines.get(tuple(s.key for s in specs))
 
     # -- the arithmetic ---------------------------------------------------------------
     def _op_ms(self, row: Row) -> float:

@@ -192,15 +192,6 @@ class DeviceTable:
     def ops(self) -> list[Row]:
         return [r for r in self.rows if r.kind == "op"]
 
-    def baseline_row(self, key: str | None = None) -> Row | None:
-        """The measured uncompressed model (``key``: a bundle's ``baseline-...`` key; None:
-        the only one), the anchor rows are stated against; None for a table measured
-        without one."""
-        rows = [r for r in self.rows if r.kind == "baseline" and r.status == "ok"]
-        if key is not None:
-            rows = [r for r in rows if r.key == key]
-        return rows[0] if len(rows) == 1 else None
-
     def whole_models(self, kind: str) -> list[Row]:
         return [r for r in self.rows if r.kind == kind and r.status == "ok"]
 
