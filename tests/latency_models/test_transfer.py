@@ -32,7 +32,9 @@ def test_few_shot_ops_cover_every_kind_from_small_to_large(ops) -> None:
 
 def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: set[str]):
     """The measured table as another device would measure it: op times through
-    ``op_law``, whole models ``whole_factor`` times slower, only ``keep_ops`` of the ops."""
+    ``op_law``, whole models (the baseline timed beside each row among them)
+    ``whole_factor`` times slower, only ``keep_ops`` of the ops. Each row's ratio to the
+    baseline follows, so a row restated against the baseline keeps the new device's speed."""
     out, _ = measured
     rows = list(csv.DictReader(out.open()))
     overhead = min(float(r["median_ms"]) for r in rows if r["kind"] == "overhead")
@@ -43,8 +45,12 @@ def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: se
                 continue
             above = max(float(r["median_ms"]) - overhead, 1e-4)
             r["median_ms"] = f"{op_law(above) + overhead:.6g}"
-        elif r["kind"] in ("calibration", "validation"):
+        elif r["kind"] in ("calibration", "validation", "baseline"):
             r["median_ms"] = f"{float(r['median_ms']) * whole_factor:.6g}"
+        if r.get("baseline_ms"):  # the uncompressed model timed beside it runs slower too
+            baseline_ms = float(r["baseline_ms"]) * whole_factor
+            r["baseline_ms"] = f"{baseline_ms:.6g}"
+            r["relative"] = f"{float(r['median_ms']) / baseline_ms:.6g}"
         kept.append(r)
     path = tmp_path / "new.csv"
     with path.open("w", newline="") as f:
