@@ -11,10 +11,12 @@ from ._embedding_quant import EmbeddingQuant, QuantEmbedding
 from ._export import (
     ExportResult,
     export_onnx,
+    half_layers,
     int8_layers,
     int8_op_types,
     onnx_module_name,
     quantize_onnx_int8,
+    to_half,
 )
 from ._forward import (
     CPU,
@@ -144,6 +146,7 @@ __all__ = [
     "discover",
     "encoder_layers",
     "export_onnx",
+    "half_layers",
     "input_shapes",
     "int8_layers",
     "int8_op_types",
@@ -165,6 +168,7 @@ __all__ = [
     "swap_activations",
     "technique_names",
     "to_device",
+    "to_half",
     "uniform_params",
 ]
 

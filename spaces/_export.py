@@ -1,4 +1,5 @@
-"""ONNX export: FP32 for any plan, real INT8 through ONNX Runtime where the plan allows."""
+"""ONNX export: FP32 for any plan, real INT8 through ONNX Runtime where the plan allows,
+real FP16 for its 16-bit layers where asked (a GPU's export)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class ExportResult:
 
     Attributes:
         path: the ONNX file.
-        precision: "fp32" or "int8" (INT8 for the layers in ``int8_layers``).
+        precision: "fp32", "int8" (INT8 for the layers in ``int8_layers``) or "fp16"
+            (FP16 for the layers in ``fp16_layers``).
         int8_layers: layers stored and run as INT8.
         fp32_layers: quantizable layers kept in FP32 in the file.
         simulated_bits: layer -> [weight bits, activation bits] the plan simulates but the
@@ -47,6 +49,8 @@ class ExportResult:
     fp32_layers: tuple[str, ...]
     simulated_bits: dict[str, list[int]]
     note: str
+    #: layers stored and run as FP16 (``export_onnx(half=True)``)
+    fp16_layers: tuple[str, ...] = ()
 
 
 def _as_args(example_inputs: Any) -> tuple[Any, ...]:
@@ -85,6 +89,12 @@ def int8_layers(plan: CompressionPlan) -> list[str]:
     return sorted(n for n, (w, a) in bits.items() if w == 8 and a == 8)
 
 
+def half_layers(plan: CompressionPlan) -> list[str]:
+    """The layers ``export_onnx(half=True)`` runs in half precision: 16-bit weights,
+    inputs at 16 bits or more."""
+    return sorted(n for n, (w, a) in _plan_bits(plan).items() if w == 16 and a >= 16)
+
+
 def export_onnx(
     model: nn.Module,
     plan: CompressionPlan,
@@ -93,6 +103,7 @@ def export_onnx(
     calibration_data: Iterable[Any] | None = None,
     *,
     opset: int = 17,
+    half: bool = False,
 ) -> ExportResult:
     """Export a compressed model to ONNX.
 
@@ -113,6 +124,9 @@ def export_onnx(
         calibration_data: batches (tensors or (inputs, targets) pairs) for INT8
             calibration; the example inputs when None.
         opset: the ONNX opset.
+        half: run the plan's 16-bit layers (``half_layers``) in FP16 in the file: their
+            weights stored as FP16 and their inputs cast to FP16 and outputs back, as a
+            GPU deploys them (``to_half``); else they are FP32 with simulated bits.
     """
     import onnx
 
@@ -158,12 +172,20 @@ def export_onnx(
     layer_names = sorted(
         {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in _WEIGHTED_OPS}
     )
-    simulated = {n: b for n, b in quantized.items() if n not in int8 and min(b) < 32}
+    fp16 = [n for n in half_layers(plan) if n in layer_names] if half and not too_low else []
+    if fp16:
+        proto = to_half(proto, set(fp16))
+        note += f"; FP16 for {len(fp16)} layer(s)"
+    simulated = {
+        n: b for n, b in quantized.items() if n not in int8 and n not in fp16 and min(b) < 32
+    }
     if simulated and not too_low:
         note += f"; {len(simulated)} layer(s) keep simulated bits only (not 8/8), stored in FP32"
+    precision = "int8" if int8 else "fp16" if fp16 else "fp32"
     meta = {
         "frontier.plan": plan.to_json(),
-        "frontier.precision": "int8" if int8 else "fp32",
+        "frontier.precision": precision,
+        "frontier.fp16_layers": json.dumps(fp16),
         "frontier.simulated_bits": json.dumps(simulated, sort_keys=True),
     }
     for key, value in meta.items():
@@ -172,12 +194,68 @@ def export_onnx(
     onnx.save(proto, str(path))
     return ExportResult(
         path=path,
-        precision="int8" if int8 else "fp32",
+        precision=precision,
         int8_layers=tuple(int8),
-        fp32_layers=tuple(n for n in layer_names if n not in int8),
+        fp32_layers=tuple(n for n in layer_names if n not in int8 and n not in fp16),
         simulated_bits=simulated,
         note=note,
+        fp16_layers=tuple(fp16),
     )
+
+
+def to_half(proto: Any, layers: set[str] | None = None) -> Any:
+    """``proto`` with the weighted nodes (Conv, Gemm, MatMul) of ``layers`` (every one
+    where None: an op model) in FP16:
+    their float initializers stored as FP16, each data input cast to FP16 before the
+    node and its output cast back to FP32 after it, so the rest of the graph (and its
+    inputs and outputs) stays FP32. Casts between two FP16 layers cost a kernel each;
+    ONNX Runtime's and TensorRT's optimizers fold such pairs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = proto.graph
+    inits = {i.name: i for i in graph.initializer}
+    converted: dict[str, str] = {}  # an FP32 initializer -> its FP16 copy
+    nodes = []
+    for node in graph.node:
+        chosen = layers is None or onnx_module_name(node.name) in layers
+        if node.op_type not in _WEIGHTED_OPS or not chosen:
+            nodes.append(node)
+            continue
+        for i, name in enumerate(node.input):
+            if not name:
+                continue
+            if name in inits:
+                if inits[name].data_type != TensorProto.FLOAT:
+                    continue
+                if name not in converted:
+                    half = numpy_helper.to_array(inits[name]).astype(np.float16)
+                    converted[name] = f"{name}__fp16"
+                    graph.initializer.append(numpy_helper.from_array(half, converted[name]))
+                node.input[i] = converted[name]
+            else:
+                cast = f"{name}__to_fp16__{node.name}"
+                nodes.append(
+                    helper.make_node(
+                        "Cast", [name], [cast], to=TensorProto.FLOAT16, name=f"{node.name}/ToHalf"
+                    )
+                )
+                node.input[i] = cast
+        out = node.output[0]
+        node.output[0] = f"{out}__fp16"
+        nodes.append(node)
+        nodes.append(
+            helper.make_node(
+                "Cast", [node.output[0]], [out], to=TensorProto.FLOAT, name=f"{node.name}/ToFloat"
+            )
+        )
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {i for n in graph.node for i in n.input}
+    keep = [i for i in graph.initializer if i.name in used or i.name not in converted]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    del graph.value_info[:]  # the cast tensors change types: inferred again by runtimes
+    return proto
 
 
 def _inline_identity_initializers(proto: Any) -> Any:

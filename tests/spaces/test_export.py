@@ -183,3 +183,45 @@ def test_ops_between_fp32_layers_stay_fp32(tmp_path) -> None:
     ops = [n.op_type for n in onnx.load(str(result.path)).graph.node]
     assert "QLinearAdd" not in ops and "Add" in ops
     assert _int8_kernels_run(result.path, tmp_path) == 2
+
+
+def test_half_export_runs_16_bit_layers_in_fp16(task: DigitsTask, tmp_path) -> None:
+    """``half=True`` (a GPU's export): the plan's 16-bit layers are FP16 nodes in the
+    file, the 8-bit ones INT8, the rest FP32; it computes what the simulation does."""
+    model = task.baseline()
+    example = task.example_inputs()
+    names = [q.name for q in discover(model, example).layers]
+    plan = CompressionPlan(
+        weight_bits={**dict.fromkeys(names[1:], 16), names[0]: 8},
+        act_bits={**dict.fromkeys(names[1:], 16), names[0]: 8},
+    )
+    calib = task.calibration_batches()
+    compressed = apply_plan(model, plan, example, calibration_data=calib)
+    result = export_onnx(
+        compressed, plan, example, tmp_path / "half.onnx", calibration_data=calib, half=True
+    )
+    assert set(result.fp16_layers) == set(names[1:]) and result.int8_layers == (names[0],)
+    assert not set(result.fp32_layers) & set(names) and not result.simulated_bits
+    graph = onnx.load(str(result.path)).graph
+    half = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT16}
+    weighted = [n for n in graph.node if n.op_type in ("Gemm", "MatMul", "Conv")]
+    assert weighted and all(n.input[1] in half for n in weighted)
+    assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT  # I/O FP32
+    # the FP16 layers compute what the simulated model does, within FP16 rounding
+    x_test, _ = task.splits()["test"]
+    with torch.no_grad():
+        want = compressed(x_test).argmax(dim=1).numpy()
+    agree = float((_onnx_top1(result.path, x_test) == want).mean())
+    assert agree >= 0.98, f"FP16 ONNX agrees with the simulation on {agree:.3f} of the test split"
+    # without half the same plan stays FP32 with simulated bits, as a CPU prices it
+    plain = export_onnx(compressed, plan, example, tmp_path / "plain.onnx", calibration_data=calib)
+    assert not plain.fp16_layers and set(plain.simulated_bits) == set(names[1:])
+
+
+def test_half_export_of_an_fp32_plan_is_fp32(task: DigitsTask, tmp_path) -> None:
+    model = task.baseline()
+    example = task.example_inputs()
+    result = export_onnx(model, CompressionPlan(), example, tmp_path / "m.onnx", half=True)
+    assert result.precision == "fp32" and not result.fp16_layers
+    types = {i.data_type for i in onnx.load(str(result.path)).graph.initializer}
+    assert onnx.TensorProto.FLOAT16 not in types
