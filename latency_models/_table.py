@@ -81,6 +81,10 @@ class Row:
     baseline_key: str = ""
     #: the row's ratio to it in the same rounds (``runner.relative_to``)
     relative: float = math.nan
+    #: a GPU's diagnostics beside the price (``Backend.diagnose``): the model's time
+    #: as eager PyTorch (the launch floor), and its host time per replay
+    eager_ms: float = math.nan
+    host_ms: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -359,6 +363,8 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
                     baseline_ms=_float(raw.get("baseline_ms", "")),
                     baseline_key=(raw.get("baseline_key") or "").strip(),
                     relative=_float(raw.get("relative", "")),
+                    eager_ms=_float(raw.get("eager_ms", "")),
+                    host_ms=_float(raw.get("host_ms", "")),
                 )
             )
     if problems:
@@ -699,7 +705,7 @@ def read_profiles(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_rows(path: Path, rows: list[Row]) -> None:
-    columns = [*COLUMNS, "energy_mj"]
+    columns = COLUMNS
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -724,5 +730,7 @@ def write_rows(path: Path, rows: list[Row]) -> None:
                     "baseline_ms": "" if math.isnan(r.baseline_ms) else f"{r.baseline_ms:.6g}",
                     "baseline_key": r.baseline_key,
                     "relative": "" if math.isnan(r.relative) else f"{r.relative:.6g}",
+                    "eager_ms": "" if math.isnan(r.eager_ms) else f"{r.eager_ms:.6g}",
+                    "host_ms": "" if math.isnan(r.host_ms) else f"{r.host_ms:.6g}",
                 }
             )

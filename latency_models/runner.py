@@ -55,6 +55,10 @@ COLUMNS = [
     "baseline_ms",
     "baseline_key",
     "relative",
+    # what a backend records beside a whole model's price (``Backend.diagnose``)
+    "energy_mj",
+    "eager_ms",
+    "host_ms",
 ]
 
 #: The one timing protocol (``time_models``). Every latency Frontier reports (table
@@ -123,9 +127,11 @@ def protocol(
     round_s: float = ROUND_S,
     provider: str = "",
     timer: str = "",
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """How ``time_models`` timed a table or a measurement, for its metadata; ``timer``
-    names a timer other than the wall clock (``wall_clock_ms``)."""
+    names a timer other than the wall clock (``wall_clock_ms``), ``warmup_s`` a
+    warm-up by time (a GPU's)."""
     return {
         "name": PROTOCOL_NAME,
         "version": PROTOCOL_VERSION,
@@ -134,6 +140,7 @@ def protocol(
         **({"provider": provider} if provider else {}),
         **({"timer": timer} if timer else {}),
         "warmup_runs": WARMUP_RUNS,
+        **({"warmup_s": warmup_s} if warmup_s else {}),
         "rounds": rounds,
         "round_s": round_s,
         "round_runs": [MIN_ROUND_RUNS, MAX_ROUND_RUNS],
@@ -158,9 +165,12 @@ def time_models(
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     timer: Callable[[Callable[[], Any]], float] = wall_clock_ms,
+    warmup_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Time each of ``runs`` (a call that runs one model once) by the protocol above;
-    ``timer`` times one run in ms (``wall_clock_ms``).
+    ``timer`` times one run in ms (``wall_clock_ms``). Each model warms up for
+    ``warmup_runs`` runs and, with ``warmup_s``, for at least that many seconds (a GPU
+    raising its clocks, as ``trtexec --warmUp`` does), ``WARMUP_MAX_S`` at most.
 
     Returns per model ``median_ms`` (the median of its round medians), ``p10_ms`` and
     ``p90_ms`` over all its timed runs, ``runs``, and ``spread`` (the largest round
@@ -170,9 +180,14 @@ def time_models(
         raise ValueError(f"rounds must be >= 1 and round_s > 0, got {rounds=}, {round_s=}")
     for run in runs:
         start = time.perf_counter()
-        for k in range(max(warmup_runs, 1)):
+        k = 0
+        while True:
             run()
-            if k and time.perf_counter() - start > WARMUP_MAX_S:
+            k += 1
+            elapsed = time.perf_counter() - start
+            if (k >= warmup_runs and elapsed >= min(warmup_s, WARMUP_MAX_S)) or (
+                k > 1 and elapsed > WARMUP_MAX_S
+            ):
                 break
     order = random.Random(seed)
     medians: list[list[float]] = [[] for _ in runs]
@@ -369,6 +384,8 @@ def time_chunked(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     reference: Any = None,
+    timer: Callable[[Callable[[], Any]], float] = wall_clock_ms,
+    warmup_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """``time_models`` over ``items`` in chunks of ``CHUNK_MODELS``: each chunk's runs
     are made (``make_run(item)``: a session, a kernel) only when it is timed, so a long
@@ -384,7 +401,10 @@ def time_chunked(
     anchors: list[float] = []
     for first in range(0, len(items), CHUNK_MODELS):
         runs = [make_run(item) for item in items[first : first + CHUNK_MODELS]]
-        timing: dict[str, Any] = {"rounds": rounds, "round_s": round_s, "seed": seed + first}
+        timing: dict[str, Any] = {
+            "rounds": rounds, "round_s": round_s, "seed": seed + first, "timer": timer,
+            "warmup_s": warmup_s,
+        }  # fmt: skip
         if reference is None:
             out += time_models(runs, **timing)
         else:
@@ -412,18 +432,22 @@ def measure_onnx(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     reference: bytes | str | Path | None = None,
+    backend: Backend | None = None,
+    batch_size: int = 1,
 ) -> list[dict[str, Any]]:
     """Whole ONNX models (bytes or files) timed on this machine by the protocol
-    (``time_chunked``, stated against ``reference`` where given), batch 1 on seeded
-    random inputs; one stats dict per model, in order. ``progress`` gets (models done,
-    models) after each chunk."""
+    (``time_chunked``, stated against ``reference`` where given), at ``batch_size`` on
+    seeded random inputs; one stats dict per model, in order. ``backend`` opens and
+    times each (``OrtBackend(provider, threads)`` by default). ``progress`` gets (models
+    done, models) after each chunk."""
     import numpy as np
 
-    so = session_options(threads)
+    backend = backend if backend is not None else OrtBackend(provider, threads)
 
     def make_run(m: bytes | str | Path) -> Callable[[], Any]:
         data = m if isinstance(m, bytes) else Path(m).read_bytes()
-        return open_session(data, so, provider=provider, rng=np.random.default_rng(0))[0]
+        rng = np.random.default_rng(0)
+        return backend.open(data, {}, batch_size=batch_size, rng=rng)[0]
 
     return time_chunked(
         models,
@@ -433,7 +457,13 @@ def measure_onnx(
         seed=seed,
         progress=progress,
         reference=reference,
+        **timed_by(backend),
     )
+
+
+def timed_by(backend: Backend) -> dict[str, Any]:
+    """``time_models``' timer and warm-up for ``backend`` (its ``warmup_s``, if any)."""
+    return {"timer": backend.timer, "warmup_s": float(getattr(backend, "warmup_s", 0.0))}
 
 
 def weights_of(entry: dict[str, Any]) -> dict[str, Any]:
@@ -518,6 +548,13 @@ class Backend(Protocol):
         """Each node's kernel time inside the model (``profile_nodes``' format)."""
         ...
 
+    def diagnose(
+        self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Columns a whole model's row records beside its price, after it is timed
+        (``energy_mj``, ``eager_ms``, ``host_ms``; none on ONNX Runtime's CPU)."""
+        ...
+
 
 class OrtBackend:
     """ONNX Runtime sessions on ``provider`` with ``threads`` intra-op threads, timed
@@ -557,6 +594,11 @@ class OrtBackend:
 
     def profile(self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
         return profile_nodes(data, feeds, self.threads, self.provider, **weights_of(entry))
+
+    def diagnose(
+        self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {}
 
 
 def read_manifest(bundle: Path) -> dict[str, Any]:
@@ -644,6 +686,8 @@ def measure_bundle(
         "cores": os.cpu_count(),
         "threads": threads,
         "batch_size": batch_size,
+        "op_batch_size": manifest.get("batch_size", 1),
+        **({"half": True} if manifest.get("half") else {}),
         **backend.describe(),
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
@@ -657,6 +701,7 @@ def measure_bundle(
             round_s=round_s,
             provider=backend.provider,
             timer=backend.timer_name,
+            warmup_s=float(getattr(backend, "warmup_s", 0.0)),
         ),
     }
     meta_path = Path(str(out) + ".meta.json")
@@ -762,11 +807,14 @@ def measure_bundle(
                           "timed without it", file=sys.stderr)  # fmt: skip
                     reference = None
             if ref_run is not None:
-                _, stats = time_against(ref_run, runs, **timing, timer=backend.timer)
+                _, stats = time_against(ref_run, runs, **timing, **timed_by(backend))
             else:
-                stats = time_models(runs, **timing, timer=backend.timer)
-            for (row, entry, data, feeds), st in zip(timed, stats, strict=True):
+                stats = time_models(runs, **timing, **timed_by(backend))
+            for (row, entry, data, feeds), run, st in zip(timed, runs, stats, strict=True):
                 row.update({k: f"{v:.6g}" for k, v in st.items() if k.endswith("_ms")})
+                if entry["kind"] not in ("overhead", "op"):
+                    extra = backend.diagnose(run, data, entry)
+                    row.update({k: f"{v:.6g}" for k, v in extra.items()})
                 if reference is not None:
                     row["baseline_key"] = reference["key"]
                     row["relative"] = f"{st['relative']:.6g}"

@@ -1,21 +1,26 @@
-"""The device runner for a GPU: a bundle's models run as PyTorch, timed by CUDA events.
+"""The device runner for a GPU: a bundle's models run as PyTorch, priced as deployed.
 
 ONNX Runtime's GPU build is not on every GPU machine; PyTorch with CUDA usually is. This
 runner reads the same bundles as ``runner.py`` and writes the same files, by the same
 timing protocol (``runner.time_models``: warm-up, interleaved rounds, the median of
-round medians), but it runs each ONNX model as eager PyTorch on the GPU, node by node,
-and times each run with a pair of CUDA events (``cuda_events_ms``): the GPU time from
-the first kernel's launch to the last one's end, launch gaps included, which is what a
-PyTorch user's loop with ``torch.cuda.Event`` measures. cuDNN and TF32 settings are
-PyTorch's defaults, and are recorded in the table's metadata.
+round medians). It runs each ONNX model as PyTorch on the GPU (``TorchGraph``), and by
+default (``GraphBackend``) captures it once in a CUDA graph and times each replay with
+a pair of CUDA events (``CudaEventTimer``), the way TensorRT, ``torch.compile`` and ONNX
+Runtime's CUDA graphs deploy a model: eager PyTorch at batch 1 is bound by kernel
+launches and says no compression pays. Each whole model's row also records the eager
+time (``eager_ms``, the launch floor), a replay's host time (``host_ms``) and its energy
+from the GPU's counter (``energy_mj``, NVML). ``--execution eager`` (``TorchBackend``)
+prices eager runs instead. cuDNN and TF32 settings are PyTorch's defaults, and are
+recorded in the table's metadata.
 
-It runs the FP32 ONNX operators Frontier's bundles use (convolutions, GEMMs, pooling,
-activations, elementwise and shape ops). Eager PyTorch has no CUDA kernel for ONNX's
-INT8 operators (QLinearConv, QGemm, QuantizeLinear, ...): those models are recorded as
-``unsupported``, the way ``runner.py`` records an op its provider cannot run, so measure
-a GPU with a bundle of a space without INT8 (``quantize`` left out).
+It runs the FP32 and FP16 ONNX operators Frontier's bundles and exports use
+(convolutions, GEMMs, pooling, activations, elementwise, shape ops and casts). PyTorch
+has no CUDA kernel for ONNX's INT8 operators (QLinearConv, QGemm, QuantizeLinear, ...):
+those models are recorded as ``unsupported``, the way ``runner.py`` records an op its
+provider cannot run, so measure a GPU with a bundle of a space without INT8.
 
-Needs torch, onnx and numpy, and ``runner.py`` beside this file::
+Needs torch, onnx and numpy (and nvidia-ml-py for energy), and ``runner.py`` beside
+this file::
 
     python runner_torch.py ops.zip --device h200 --out h200.csv
 
@@ -28,6 +33,7 @@ import argparse
 import itertools
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -198,7 +204,19 @@ def _ops() -> dict[str, Callable[..., Any]]:
         "Concat": lambda *xs, axis: torch.cat(xs, dim=axis),
         "Softmax": lambda x, axis=-1: torch.softmax(x, dim=axis),
         "Identity": lambda x: x,
+        "Cast": lambda x, to: x.to(_dtype(to)),
     }
+
+
+def _dtype(onnx_type: int) -> Any:
+    """The torch dtype of an ONNX element type (Cast's ``to``)."""
+    import torch
+
+    types = {1: torch.float32, 10: torch.float16, 16: torch.bfloat16, 11: torch.float64,
+             6: torch.int32, 7: torch.int64, 9: torch.bool}  # fmt: skip
+    if onnx_type not in types:
+        raise Unsupported(f"Cast to ONNX element type {onnx_type}")
+    return types[onnx_type]
 
 
 class TorchGraph:
@@ -361,6 +379,11 @@ class TorchBackend:
     def timer(self, run: Callable[[], Any]) -> float:
         return self._timer(run)
 
+    def diagnose(
+        self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {}
+
     def profile(
         self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
     ) -> dict[str, Any]:
@@ -404,6 +427,161 @@ class TorchBackend:
         }
 
 
+#: A GPU warms up for this long before its rounds (its clocks rise under load), as
+#: ``trtexec --warmUp`` (200 ms by default) does.
+GRAPH_WARMUP_S = 0.2
+#: Eager runs timed for the launch-floor column of a whole model's row.
+EAGER_RUNS = 20
+#: Seconds of replays over which a whole model's energy is read from the GPU's
+#: counter (NVML updates it every few tens of ms: a second keeps that under ~5%).
+ENERGY_WINDOW_S = 1.0
+
+
+def capture(run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` captured in a CUDA graph: warmed up on a side stream (cuDNN picks its
+    algorithms, the allocator settles), captured once, and returned as the graph's
+    replay, which launches every kernel of the model in one call, as TensorRT's
+    ``--useCudaGraph``, ``torch.compile(mode="reduce-overhead")`` and ONNX Runtime's
+    CUDA graphs deploy it. Inputs and outputs stay at the addresses captured."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    replay = graph.replay
+    replay.graph = graph  # type: ignore[attr-defined]  # kept alive with the call
+    return replay
+
+
+class NvmlEnergy:
+    """The GPU's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ
+    since the driver loaded), for the GPU PyTorch calls ``device``."""
+
+    def __init__(self, device: str = "cuda") -> None:
+        import pynvml
+        import torch
+
+        pynvml.nvmlInit()
+        props = torch.cuda.get_device_properties(torch.device(device))
+        bus = getattr(props, "pci_bus_id", None)
+        if bus is not None:
+            domain, slot = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+            pci = f"{domain:08X}:{bus:02X}:{slot:02X}.0"
+            self.handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci)
+        else:
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(torch.device(device).index or 0)
+        self.read_mj()  # a GPU without the counter fails here, not mid-table
+
+    def read_mj(self) -> float:
+        import pynvml
+
+        return float(pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+
+
+def open_energy(device: str) -> NvmlEnergy | None:
+    """The energy counter of ``device``'s GPU, or None (no NVML, no counter, a CPU)."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        return NvmlEnergy(device)
+    except Exception as err:  # NVML missing or the GPU has no counter: energy unmeasured
+        print(f"no GPU energy counter ({err}); energy left to the stated power", file=sys.stderr)
+        return None
+
+
+def energy_per_run(
+    run: Callable[[], Any],
+    read_mj: Callable[[], float],
+    *,
+    window_s: float = ENERGY_WINDOW_S,
+    sync: Callable[[], Any] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:
+    """Energy (mJ) and host time (ms) per run of ``run``, replayed back to back for
+    ``window_s`` between two readings of the energy counter ``read_mj`` (``sync``
+    waits for the device before each reading)."""
+    sync()
+    e0, t0, n = read_mj(), clock(), 0
+    while n < 2 or clock() - t0 < window_s:
+        run()
+        n += 1
+    sync()
+    e1, t1 = read_mj(), clock()
+    return (e1 - e0) / n, (t1 - t0) * 1000.0 / n
+
+
+class GraphBackend(TorchBackend):
+    """``runner.Backend`` that prices a model as it is deployed on a GPU: captured once
+    in a CUDA graph (``capture``) and replayed, each replay timed by CUDA events, after
+    a warm-up of ``GRAPH_WARMUP_S``. Beside each whole model's price its row records
+    ``eager_ms`` (the same graph run node by node, eager: the launch floor, a
+    diagnostic), ``host_ms`` (a replay's wall-clock time with the GPU waited for) and
+    ``energy_mj`` per replay from the GPU's energy counter over ``ENERGY_WINDOW_S``.
+
+    On a CPU (``device="cpu"``, tests) there is no graph to capture: the eager run
+    stands in for the replay, timed by the wall clock, and no energy is read unless a
+    counter is given."""
+
+    warmup_s = GRAPH_WARMUP_S
+
+    def __init__(
+        self,
+        device: str = "cuda",
+        *,
+        energy: Callable[[], float] | None = None,
+        energy_window_s: float = ENERGY_WINDOW_S,
+    ) -> None:
+        super().__init__(device)
+        self.cuda = device.startswith("cuda")
+        self.provider = f"torch-{device}-graph"
+        self.timer_name = "cuda-graph-replay/cuda-events" if self.cuda else ""
+        counter = open_energy(device) if energy is None else None
+        self.read_energy = energy if energy is not None else (counter and counter.read_mj)
+        self.energy_window_s = energy_window_s
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "execution": "CUDA graph replay" if self.cuda else "eager (no graph on a CPU)",
+            "energy": "NVML total-energy counter" if self.read_energy else "",
+        }
+
+    def open(
+        self, data: bytes, entry: dict[str, Any], *, batch_size: int, rng: Any
+    ) -> tuple[Callable[[], Any], dict[str, Any]]:
+        eager, feeds = super().open(data, entry, batch_size=batch_size, rng=rng)
+        if not self.cuda:
+            return eager, feeds
+        replay = capture(eager)
+        replay.eager = eager  # type: ignore[attr-defined]
+        return replay, feeds
+
+    def _sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def diagnose(
+        self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
+    ) -> dict[str, Any]:
+        eager = getattr(run, "eager", run)
+        out = {"eager_ms": statistics.median(self.timer(eager) for _ in range(EAGER_RUNS))}
+        read = self.read_energy or (lambda: 0.0)
+        window = self.energy_window_s if self.read_energy else 0.05
+        energy_mj, host_ms = energy_per_run(run, read, window_s=window, sync=self._sync)
+        out["host_ms"] = host_ms
+        if self.read_energy:
+            out["energy_mj"] = energy_mj
+        return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="frontier-runner-torch",
@@ -413,6 +591,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", required=True, help="a name for this device, e.g. h200")
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
     parser.add_argument("--torch-device", default="cuda", help="cuda (default), cuda:1, cpu")
+    parser.add_argument(
+        "--execution",
+        choices=("graph", "eager"),
+        default="graph",
+        help="graph (default): each model replayed in a captured CUDA graph, as deployed; "
+        "eager: node by node (the launch floor, a diagnostic)",
+    )
     parser.add_argument("--batch-size", type=runner.at_least(1), default=1)
     parser.add_argument("--rounds", type=runner.at_least(1), default=runner.ROUNDS)
     parser.add_argument("--round-s", type=runner.at_least(0.001, float), default=runner.ROUND_S)
@@ -425,7 +610,9 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             rounds=args.rounds,
             round_s=args.round_s,
-            backend=TorchBackend(args.torch_device),
+            backend=(GraphBackend if args.execution == "graph" else TorchBackend)(
+                args.torch_device
+            ),
         )
     )
 

@@ -87,7 +87,7 @@ def test_script_on_a_device_writes_a_table_frontier_imports(cnn_fp32_bundle, tmp
     done = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     meta = json.loads(Path(str(out) + ".meta.json").read_text())
-    assert meta["provider"] == "torch-cpu" and "torch" in meta
+    assert meta["provider"] == "torch-cpu-graph" and "torch" in meta  # graph by default
     table = DeviceStore(tmp_path / "store").import_table(out, name="gpu")
     lm = LatencyModel(table)
     (plan_row,) = table.whole_models("validation")[:1]
@@ -129,3 +129,69 @@ def test_reduce_mean_with_axes_as_an_attribute_runs(tmp_path):
     session = runner.inference_session(data, runner.session_options(1))
     want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
     np.testing.assert_allclose(run()[0].numpy(), want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_graph_runner_records_the_launch_floor_host_time_and_energy(cnn_fp32_bundle, tmp_path):
+    """The deployed-GPU backend on a CPU: no graph to capture, but every whole model's
+    row records its eager time, host time and (from the counter given) energy, and the
+    table's power is read from those energies."""
+    clock = {"mj": 0.0}
+
+    def counter() -> float:  # a device drawing 50 W while it runs: 50 mJ per second
+        import time
+
+        now = time.perf_counter()
+        clock["mj"] += 50.0 * (now - clock.setdefault("t", now))
+        clock["t"] = now
+        return clock["mj"]
+
+    backend = runner_torch.GraphBackend("cpu", energy=counter, energy_window_s=0.05)
+    out = tmp_path / "g.csv"
+    measure_bundle(cnn_fp32_bundle, out, device="g", rounds=1, round_s=0.002, backend=backend)
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    whole = [r for r in rows if r["kind"] in ("calibration", "validation", "baseline")]
+    ops = [r for r in rows if r["kind"] == "op"]
+    assert whole and all(float(r["eager_ms"]) > 0 and float(r["host_ms"]) > 0 for r in whole)
+    assert all(r["energy_mj"] for r in whole) and not any(r["energy_mj"] for r in ops)
+    # energy per run is the counter's 50 W times each run's host time
+    for r in whole:
+        assert float(r["energy_mj"]) == pytest.approx(50.0 * float(r["host_ms"]) / 1000, rel=0.05)
+    meta = json.loads(Path(str(out) + ".meta.json").read_text())
+    assert meta["protocol"]["warmup_s"] == runner_torch.GRAPH_WARMUP_S
+    assert meta["execution"].startswith("eager")
+
+
+def test_energy_per_run_divides_the_counter_by_the_replays() -> None:
+    ticks = iter(range(100))
+    state = {"runs": 0}
+
+    def run() -> None:
+        state["runs"] += 1
+
+    energy, host = runner_torch.energy_per_run(
+        run, lambda: 7.0 * state["runs"], window_s=5, clock=lambda: float(next(ticks))
+    )
+    # 7 mJ a run on the counter, 1 s a run on the (fake) clock
+    assert energy == pytest.approx(7.0) and host == pytest.approx(1000.0)
+
+
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="CUDA graphs need a CUDA GPU"
+)
+def test_a_captured_graph_replays_what_eager_computes(cnn_fp32_bundle):  # pragma: no cover
+    import torch
+
+    backend = runner_torch.GraphBackend("cuda")
+    for entry, data in _models(cnn_fp32_bundle):
+        if entry["kind"] != "calibration":
+            continue
+        replay, _ = backend.open(data, entry, batch_size=4, rng=np.random.default_rng(0))
+        replay()
+        torch.cuda.synchronize()
+        eager = replay.eager()
+        ms = backend.timer(replay)
+        assert ms > 0
+        assert backend.diagnose(replay, data, entry)["eager_ms"] > 0
+        del eager
+        break
