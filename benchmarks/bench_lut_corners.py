@@ -26,10 +26,11 @@ def main() -> None:
         LatencyModel,
         corner_plans,
         ensure_local_table,
-        local_threads,
+        local_device,
         measure_plans,
     )
-    from frontier.search.cli import _load, _task_and_space
+    from frontier.search._setup import task_and_space
+    from frontier.search.cli._common import load
     from frontier.spaces import CompressionPlan
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -39,10 +40,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
 
-    if local_threads(args.device) is None:
-        parser.error(f"--device {args.device}: only a local-cpu device can be measured here")
-    config = _load(args.experiment)
-    task, model, space = _task_and_space(config)
+    if local_device(args.device) is None:
+        parser.error(f"--device {args.device}: only a local device can be measured here")
+    config = load(args.experiment)
+    task, model, space = task_and_space(config)
     example, calibration = task.example_inputs(), task.calibration_batches()
     table = ensure_local_table(
         model,

@@ -235,9 +235,9 @@ def onnx_accuracy(path: Path, x: Any, y: Any) -> float:
 def measure_side_by_side(paths: list[Path], store: Any, device: str) -> list[float]:
     """Whole-model latency (ms) of each ONNX file, measured side by side on a ``local-cpu``
     device's threads by the timing protocol."""
-    from frontier.latency_models import local_threads, measure_models
+    from frontier.latency_models import LocalDevice, local_device, measure_models
 
-    return list(measure_models(paths, threads=local_threads(device) or 1))
+    return list(measure_models(paths, device=local_device(device) or LocalDevice(device)))
 
 
 def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:

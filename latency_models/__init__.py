@@ -16,7 +16,13 @@ from ._bundle import (
     write_bundle,
 )
 from ._corners import calibration_plans, corner_plans, int8_heavy_plan
-from ._devices import LOCAL_CPU, LocalDevice, local_device, local_threads, register_local
+from ._devices import (
+    LOCAL_CPU,
+    DeviceUnavailable,
+    LocalDevice,
+    local_device,
+    register_local,
+)
 from ._front import read_front_result, write_front_bundle
 from ._learn import Learned, learn, learned_entry, plan_entry, priced_layers
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
@@ -39,6 +45,7 @@ from ._validate import (
     measure_models,
     measure_plans,
     quiet_root_logger,
+    table_device,
     validate,
 )
 from .runner import (
@@ -59,6 +66,7 @@ __all__ = [
     "DeviceMeta",
     "DeviceStore",
     "DeviceTable",
+    "DeviceUnavailable",
     "FallbackFit",
     "LatencyEstimate",
     "LatencyModel",
@@ -86,7 +94,6 @@ __all__ = [
     "learn",
     "learned_entry",
     "local_device",
-    "local_threads",
     "measure_bundle",
     "measure_local",
     "measure_models",
@@ -107,6 +114,7 @@ __all__ = [
     "space_templates",
     "sparse_kernel",
     "strip_weights",
+    "table_device",
     "time_models",
     "validate",
     "whole_model_bytes",

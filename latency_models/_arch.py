@@ -47,17 +47,24 @@ def arch_key(plan: CompressionPlan) -> str:
 
 
 def space_templates(
-    model: nn.Module, example_inputs: Any, space: SearchSpace
+    model: nn.Module,
+    example_inputs: Any,
+    space: SearchSpace,
+    *,
+    batch_size: int = 1,
+    half: bool = False,
 ) -> dict[str, Templates]:
     """Templates of the model, of the model with each activation swap of ``space``, and
-    of each student architecture."""
-    out = {TEACHER: build_templates(model, example_inputs, space)}
+    of each student architecture, at ``batch_size``, with 16-bit layers in FP16 where
+    ``half`` (``Templates.half``)."""
+    at: dict[str, Any] = {"batch_size": batch_size, "half": half}
+    out = {TEACHER: build_templates(model, example_inputs, space, **at)}
     swap = space.options.activation_swap
     for to in swap.to if swap is not None else ():
         activation = ActivationSwap(swap.replace, to)
         swapped = swap_activations(copy.deepcopy(model), activation)
         out[arch_key(CompressionPlan(activation=activation))] = build_templates(
-            swapped.eval(), example_inputs, space
+            swapped.eval(), example_inputs, space, **at
         )
     if space.students:
         with warnings.catch_warnings():
@@ -66,14 +73,22 @@ def space_templates(
         for spec in space.options.students:
             student = build_student(spec, num_classes=num_classes, example_inputs=example_inputs)
             out[spec.key] = build_templates(
-                student.eval(), example_inputs, space.students[spec.key]
+                student.eval(), example_inputs, space.students[spec.key], **at
             )
     return out
 
 
-def space_ops(model: nn.Module, example_inputs: Any, space: SearchSpace) -> SpaceOps:
-    """Every distinct operator instance any plan of ``space`` can produce."""
-    templates = space_templates(model, example_inputs, space)
+def space_ops(
+    model: nn.Module,
+    example_inputs: Any,
+    space: SearchSpace,
+    *,
+    batch_size: int = 1,
+    half: bool = False,
+) -> SpaceOps:
+    """Every distinct operator instance any plan of ``space`` can produce, at
+    ``batch_size``, 16-bit layers in FP16 where ``half``."""
+    templates = space_templates(model, example_inputs, space, batch_size=batch_size, half=half)
     seen: dict[str, OpSpec] = {}
     for key, t in templates.items():
         sub = space.students.get(key, space)

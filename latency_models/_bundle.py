@@ -24,6 +24,7 @@ from frontier.spaces import (
     apply_plan,
     export_onnx,
     quantize_onnx_int8,
+    to_half,
 )
 
 from ._arch import TEACHER, SpaceOps, arch_key, space_ops
@@ -196,6 +197,8 @@ def op_model_bytes(spec: OpSpec) -> bytes:
     quantized by ONNX Runtime's quantizer and then cut to the kernel on 8-bit tensors
     (``_interior``), as it runs inside an INT8 chain; a precision boundary
     (``QuantizeLinear``, ``DequantizeLinear``) on its own."""
+    if spec.precision == "fp16":  # as ``export_onnx(half=True)`` writes its layer
+        return bytes(to_half(build_onnx(spec)).SerializeToString())
     data: bytes = build_onnx(spec).SerializeToString()
     if spec.op_type in (QUANTIZE, DEQUANTIZE):
         return data
@@ -264,17 +267,19 @@ def write_bundle(
     progress: Callable[[str, int, int, float], None] = _progress,
     ops: SpaceOps | None = None,
     few_shot: int | None = None,
+    batch_size: int = 1,
+    half: bool = False,
 ) -> dict[str, Any]:
-    """Write the op bundle of ``space`` to ``out`` and return its manifest.
+    """Write the op bundle of ``space`` to ``out`` and return its manifest: op models
+    at ``batch_size`` (a GPU device priced at batch 32 measures ops of batch 32), and
+    with ``half`` every model as ``export_onnx(half=True)`` writes it (16-bit layers in
+    FP16, their weighted ops measured at ``fp16``: a GPU's bundle).
 
     The bundle holds one model per op instance (FP32, and INT8 where a layer may take 8
     bits), an identity model for the per-run overhead, ``calibration`` whole compressed
     models (seeded plans; ``default_calibration`` when None) that calibrate the table's
     sum against whole-model latency, and ``validation`` more (other seeds) for
     ``frontier lut validate``.
-
-    FP16 op variants are not written: ONNX Runtime's CPU provider runs few FP16 kernels,
-    and Frontier exports 16-bit layers as FP32 (``export_onnx``).
 
     ``ops`` is ``space_ops(model, example_inputs, space)`` when the caller already has
     it (computing it exports the model).
@@ -293,7 +298,10 @@ def write_bundle(
     from the seed its manifest entry names.
     """
     out = Path(out)
-    found = ops if ops is not None else space_ops(model, example_inputs, space)
+    if ops is None:
+        ops = space_ops(model, example_inputs, space, batch_size=batch_size, half=half)
+    found = ops
+    half = found.templates[TEACHER].half
     if calibration is None:
         calibration = FEW_SHOT_WHOLE_MODELS if few_shot else default_calibration(found)
     else:
@@ -371,7 +379,7 @@ def write_bundle(
         if calibration_budget_s is not None and calibration > BUDGET_MIN_MODELS:
             calibration = _within_budget(
                 space, calibration, calibration_budget_s, built,
-                lambda plan: whole_model_bytes(model, plan, example_inputs, ranges_from),
+                lambda plan: whole_model_bytes(model, plan, example_inputs, ranges_from, half=half),
             )  # fmt: skip
         for kind, plans in (
             ("calibration", calibration_plans(space, calibration, CALIBRATION_SEED0)),
@@ -386,7 +394,7 @@ def write_bundle(
             start = time.perf_counter()
             count = len(plans)
             todo = [p for s, p in plans if not (kind == "calibration" and s in built)]
-            fresh = build_whole(model, todo, example_inputs, ranges_from)
+            fresh = build_whole(model, todo, example_inputs, ranges_from, half=half)
             for i, (seed, plan) in enumerate(plans):
                 data = built.pop(seed, None) if kind == "calibration" else None
                 if data is None:
@@ -414,7 +422,8 @@ def write_bundle(
             "version": BUNDLE_VERSION,
             "bundle_id": digest,
             "name": name,
-            "batch_size": 1,
+            "batch_size": batch_size,
+            **({"half": True} if half else {}),
             "op_count": len(measured_ops),
             "space_op_count": len(found.ops),
             **({"few_shot": few_shot} if few_shot else {}),
@@ -486,11 +495,16 @@ def _within_budget(
 
 #: at most this many processes build a bundle's whole models at once
 BUILD_WORKERS = 8
-_BUILDING: tuple[Any, ...] = ()  # (model, example inputs, calibration) for the workers
+_BUILDING: tuple[Any, ...] = ()  # (model, example, calibration, half) for the workers
 
 
 def build_whole(
-    model: nn.Module, plans: list[Any], example_inputs: Any, calibration_data: Any
+    model: nn.Module,
+    plans: list[Any],
+    example_inputs: Any,
+    calibration_data: Any,
+    *,
+    half: bool = False,
 ) -> Generator[bytes, None, None]:
     """``whole_model_bytes`` of each of ``plans``, in order, built by as many forked
     processes as the machine has cores (at most ``BUILD_WORKERS``; in this process where
@@ -502,9 +516,9 @@ def build_whole(
     workers = min(os.cpu_count() or 1, BUILD_WORKERS, len(plans))
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for plan in plans:
-            yield whole_model_bytes(model, plan, example_inputs, calibration_data)
+            yield whole_model_bytes(model, plan, example_inputs, calibration_data, half=half)
         return
-    _BUILDING = (model, example_inputs, calibration_data)
+    _BUILDING = (model, example_inputs, calibration_data, half)
     try:
         with multiprocessing.get_context("fork").Pool(workers, _one_thread) as pool:
             yield from pool.imap(_build_one, plans)
@@ -517,17 +531,25 @@ def _one_thread() -> None:
 
 
 def _build_one(plan: Any) -> bytes:
-    model, example_inputs, calibration_data = _BUILDING  # inherited from the fork
-    return whole_model_bytes(model, plan, example_inputs, calibration_data)
+    model, example_inputs, calibration_data, half = _BUILDING  # inherited from the fork
+    return whole_model_bytes(model, plan, example_inputs, calibration_data, half=half)
 
 
 def whole_model_bytes(
-    model: nn.Module, plan: Any, example_inputs: Any, calibration_data: Any = None
+    model: nn.Module,
+    plan: Any,
+    example_inputs: Any,
+    calibration_data: Any = None,
+    *,
+    half: bool = False,
 ) -> bytes:
-    """The ONNX file ``export_onnx`` writes for ``plan`` (INT8 where the plan says so)."""
+    """The ONNX file ``export_onnx`` writes for ``plan`` (INT8 where the plan says so,
+    FP16 for its 16-bit layers where ``half``)."""
     compressed = apply_plan(model, plan, example_inputs, calibration_data=calibration_data)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = Path(tmp) / "m.onnx"
-        export_onnx(compressed, plan, example_inputs, path, calibration_data=calibration_data)
+        export_onnx(
+            compressed, plan, example_inputs, path, calibration_data=calibration_data, half=half
+        )
         return path.read_bytes()

@@ -176,8 +176,14 @@ class LatencyModel:
 
     # -- binding models ---------------------------------------------------------------
     def bind(self, model: Any, example_inputs: Any, space: SearchSpace) -> None:
-        """Prepare predictions for plans of ``space`` on ``model`` (exports it once)."""
-        self._bound[id(model)] = space_templates(model, example_inputs, space)
+        """Prepare predictions for plans of ``space`` on ``model`` (exports it once), at
+        the batch the table's ops were measured at (``op_batch_size``: a GPU device at
+        batch 32 prices ops of batch 32)."""
+        batch = int(self.table.meta.get("op_batch_size", 1) or 1)
+        half = bool(self.table.meta.get("half", False))  # its 16-bit layers run FP16
+        self._bound[id(model)] = space_templates(
+            model, example_inputs, space, batch_size=batch, half=half
+        )
 
     def predict(
         self, model: Any, plan: CompressionPlan, *, as_measured: bool = True
@@ -492,7 +498,11 @@ class LatencyModel:
                 sum_ms=raw,
                 ops=tuple(costs),
                 coverage=coverage,
-                energy_mj=self._energy([], measured.median_ms),
+                energy_mj=(  # a GPU's counter measured it; else latency x power
+                    measured.energy_mj
+                    if measured.energy_mj is not None
+                    else self._energy([], measured.median_ms)
+                ),
                 measured_at=str(self.table.meta.get("date", "")) or "measured",
             )
         return LatencyEstimate(

@@ -25,6 +25,7 @@ from frontier.spaces import (
     CompressionPlan,
     SearchSpace,
     build_technique,
+    half_layers,
     int8_layers,
     int8_op_types,
     kept_channels,
@@ -112,7 +113,7 @@ class OpSpec:
     @property
     def bytes_moved(self) -> int:
         """Input, output and weight bytes at this op's precision (activations FP32/INT8)."""
-        per = 1 if self.precision.startswith("int8") else 4
+        per = 1 if self.precision.startswith("int8") else 2 if self.precision == "fp16" else 4
         acts = sum(math.prod(s) for s in self.input_shapes) + math.prod(self.output_shape)
         weights = 0
         if self.op_type == "Conv":
@@ -198,9 +199,14 @@ def _int8_out(precisions: list[str], source: int) -> bool:
     return source >= 0 and precisions[source] == "int8"
 
 
-def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
+def op_precisions(
+    templates: Templates, int8: set[str], fp16: frozenset[str] | set[str] = frozenset()
+) -> list[str]:
     """The precision each op runs at when the layers ``int8`` (``int8_layers(plan)``) go
-    INT8, by the rule ``export_onnx`` quantizes with (``fp32_nodes``): a weighted op runs
+    INT8 and the layers ``fp16`` (``half_layers(plan)``, where the export runs them in
+    FP16) go FP16: a weighted op of an FP16 layer is ``fp16`` (its model casts its input
+    in and its output out, as ``to_half`` exports it); for INT8, by the rule
+    ``export_onnx`` quantizes with (``fp32_nodes``): a weighted op runs
     INT8 when its layer does (its fused residual Add too, when the Add's other input
     comes in INT8); any other op runs INT8 when ONNX Runtime can run its type in INT8 and
     every input comes in INT8, so a MaxPool or a global pooling after an INT8 layer runs
@@ -208,7 +214,7 @@ def op_precisions(templates: Templates, int8: set[str]) -> list[str]:
     out: list[str] = []
     for t in templates.ops:
         if t.weighted:
-            precision = "fp32"
+            precision = "fp16" if t.module in fp16 else "fp32"
             if t.module in int8:
                 precision = "int8"
                 if "Add" in t.fused and not (t.sources and _int8_out(out, t.sources[-1])):
@@ -304,7 +310,8 @@ def _plan_entries(
     boundaries (``boundaries``) where they run: ``(what, index, template, variant,
     precision, input)``, ``what`` one of "op", ``QUANTIZE`` (before the op, of its
     input ``input``) and ``DEQUANTIZE`` (after the op, of its output)."""
-    precisions = op_precisions(templates, set(int8_layers(plan)))
+    fp16 = set(half_layers(plan)) if templates.half else set()
+    precisions = op_precisions(templates, set(int8_layers(plan)), fp16)
     entries = list(_plan_templates(templates, plan, precisions))
     quantize, dequantize = boundaries(templates, precisions, {i for i, *_ in entries})
     before: dict[int, list[int]] = {}
@@ -378,9 +385,16 @@ def _precisions(templates: Templates, space: SearchSpace) -> list[list[str]]:
     Add where that Add's other input may come in FP32); any other op INT8 where ONNX
     Runtime runs its type in INT8 and all its inputs may come in INT8."""
     can = {q.name for q in space.layers if 8 in q.weight_bits and 8 in q.act_bits}
+    half = {
+        q.name
+        for q in space.layers
+        if templates.half and 16 in q.weight_bits and any(a >= 16 for a in q.act_bits)
+    }
     out: list[list[str]] = []
     for t in templates.ops:
         options = ["fp32"]
+        if t.weighted and t.module in half:
+            options.append("fp16")
         if t.weighted:
             add = t.sources[-1] if "Add" in t.fused and t.sources else None
             if t.module in can:

@@ -220,6 +220,7 @@ def profile_layers(
     kernels; ``measure`` also times the whole model by the timing protocol."""
     import onnx
 
+    from ._devices import LocalDevice
     from ._validate import measure_models
     from .runner import open_session, profile_nodes, session_options
 
@@ -250,7 +251,8 @@ def profile_layers(
     for layer, count in _macs(proto, owners).items():
         layers.setdefault(layer, LayerTime(layer)).macs += count
     run_ms = float(nodes.get("model_run", ["", 0.0])[1]) / 1000.0
-    measured = measure_models([data], threads=threads)[0] if measure else None
+    here = LocalDevice(f"local-cpu-{threads}t", threads=threads)
+    measured = measure_models([data], device=here)[0] if measure else None
     return ModelProfile(list(layers.values()), run_ms, measured)
 
 

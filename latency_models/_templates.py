@@ -107,6 +107,9 @@ class Templates:
     #: the graphs of the space's registered techniques' variants (``latency_variants``),
     #: by variant name: a plan's op takes its shapes from the variant its technique names
     variants: dict[str, Templates] = field(default_factory=dict)
+    #: the export runs 16-bit layers in FP16 (``export_onnx(half=True)``, a GPU's): their
+    #: weighted ops are priced at ``fp16``; else FP32, as exported for a CPU
+    half: bool = False
 
     @functools.cached_property
     def by_node(self) -> dict[str, OpTemplate]:
@@ -147,23 +150,28 @@ def _shape(value_info: Any) -> tuple[int, ...]:
     return tuple(int(d.dim_value) if d.dim_value > 0 else 1 for d in dims)
 
 
-def build_templates(model: Any, example_inputs: Any, space: SearchSpace) -> Templates:
-    """Export ``model`` (uncompressed, batch 1) and cut its graph into op templates; and
-    the same for each variant of the space's registered techniques (``variants``)."""
+def build_templates(
+    model: Any, example_inputs: Any, space: SearchSpace, *, batch_size: int = 1, half: bool = False
+) -> Templates:
+    """Export ``model`` (uncompressed, at ``batch_size``) and cut its graph into op
+    templates; and the same for each variant of the space's registered techniques
+    (``variants``). ``half``: ``Templates.half``."""
     from frontier.spaces import apply_plan
 
-    templates = templates_from_onnx(_exported(model, example_inputs), space)
+    templates = templates_from_onnx(_exported(model, example_inputs, batch_size), space)
     for technique in space.techniques():
         for name, plan in technique.latency_variants(space).items():
             variant = apply_plan(model, plan, example_inputs)
             # its shapes are its own: not functions of the space's channel groups
             templates.variants[name] = templates_from_onnx(
-                _exported(variant, example_inputs), space, follow_groups=False
+                _exported(variant, example_inputs, batch_size), space, follow_groups=False
             )
+            templates.variants[name].half = half
+    templates.half = half
     return templates
 
 
-def _exported(model: Any, example_inputs: Any) -> Any:
+def _exported(model: Any, example_inputs: Any, batch_size: int = 1) -> Any:
     import onnx
     from onnx import shape_inference
 
@@ -172,9 +180,22 @@ def _exported(model: Any, example_inputs: Any) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         export_onnx(model, CompressionPlan(), example_inputs, path)
+        proto = onnx.load(str(path))
+        if batch_size != 1:  # the dynamic batch made concrete, so every shape follows it
+            _fix_batch(proto.graph, batch_size)
         # data propagation: shapes computed in the graph (an attention block's reshapes
         # to heads) become known too
-        return shape_inference.infer_shapes(onnx.load(str(path)), data_prop=True)
+        return shape_inference.infer_shapes(proto, data_prop=True)
+
+
+def _fix_batch(graph: Any, batch_size: int) -> None:
+    """Set the dynamic first dimension of ``graph``'s inputs and outputs to
+    ``batch_size`` and drop the exporter's inferred shapes (inferred again from it)."""
+    for value in [*graph.input, *graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[0].dim_param:
+            dims[0].dim_value = batch_size
+    del graph.value_info[:]
 
 
 def templates_from_onnx(proto: Any, space: SearchSpace, *, follow_groups: bool = True) -> Templates:

@@ -8,7 +8,7 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,7 @@ from ._bundle import (
     whole_model_bytes,
     write_bundle,
 )
-from ._devices import LOCAL_CPU, local_device
+from ._devices import CPU_1T, LOCAL_CPU, LocalDevice, local_device, local_names
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceMeta, DeviceStore, DeviceTable, TableError, write_rows
@@ -37,8 +37,6 @@ from .runner import (
     ROUNDS,
     measure_bundle,
     measure_onnx,
-    open_session,
-    session_options,
 )
 
 
@@ -82,6 +80,25 @@ def cpu_power_w() -> tuple[float, str]:
     ) * ratio, f"CodeCarbon default TDP {default} W ({model!r} unmatched) x {ratio}"
 
 
+def device_power_w(device: LocalDevice, measured: Path) -> tuple[float | None, str]:
+    """A local device's active power and where it comes from: on a GPU, the median over
+    the whole models of ``measured`` (a runner's CSV) of energy over time per run, read
+    from its counter; on a CPU (or a GPU without a counter), CodeCarbon's power."""
+    with measured.open(newline="") as f:
+        ratios = [
+            float(r["energy_mj"]) / float(r["median_ms"])
+            for r in csv.DictReader(f)
+            if r.get("energy_mj") and r.get("status") == "ok" and float(r["median_ms"]) > 0
+        ]
+    if ratios:
+        return float(np.median(ratios)), (
+            f"measured: {device.energy}, median over {len(ratios)} whole models"
+        )
+    if device.kind == "cuda":
+        return None, "unknown: the GPU has no energy counter NVML can read"
+    return cpu_power_w()
+
+
 def ensure_local_table(
     model: nn.Module,
     example_inputs: Any,
@@ -95,8 +112,11 @@ def ensure_local_table(
     round_s: float = ROUND_S,
     calibration_budget_s: float | None = None,
 ) -> DeviceTable:
-    """A table of this machine's CPU, measured here (with progress) for the ops it lacks:
-    ``local-cpu`` with one ONNX Runtime thread, ``local-cpu-Nt`` with N.
+    """A table of a device of this machine (``name``: ``local-cpu`` with one ONNX
+    Runtime thread, ``local-cpu-Nt`` with N, ``local-cuda`` and ``local-cuda-bN`` its
+    GPU in CUDA graphs at batch 1 or N; ``_devices``), measured here (with progress)
+    for the ops it lacks. A GPU device on a machine without one raises
+    ``DeviceUnavailable``.
 
     The first time a space targets this machine, its op bundle is built and measured
     and merged into the stored table; later calls find every op and measure nothing.
@@ -109,10 +129,10 @@ def ensure_local_table(
     """
     device = local_device(name)
     if device is None:
-        raise ValueError(f"{name!r} is not a local device (local-cpu or local-cpu-Nt)")
-    threads = device.threads
+        raise ValueError(f"{name!r} is not a local device ({local_names()})")
+    device.require()
     store = store or DeviceStore()
-    found = space_ops(model, example_inputs, space)
+    found = space_ops(model, example_inputs, space, batch_size=device.batch_size, half=device.half)
     try:
         table = store.load(name) if store.has(name) else None
     except TableError as err:  # a table of an older bundle version: measured again
@@ -126,7 +146,7 @@ def ensure_local_table(
         table = None
     if table is None or any(table.get(s.key) is None for s in found.ops):
         table = _measure_ops(
-            model, example_inputs, space, found, store, name, threads, calibration,
+            model, example_inputs, space, found, store, device, calibration,
             calibration_data, rounds, round_s, calibration_budget_s,
         )  # fmt: skip
         check = LatencyModel(table)
@@ -134,11 +154,13 @@ def ensure_local_table(
         flagged = check.baseline_check(model)
         if flagged:
             print(f"warning: {flagged}", file=sys.stderr)
-    sparse = [
-        s for s in sparse_variants(found.ops, space.options.sparsity) if table.get(s.key) is None
+    sparse = [  # sparse kernels are timed on the CPU (torch CSR); a GPU prices them dense
+        s
+        for s in sparse_variants(found.ops, space.options.sparsity)
+        if table.get(s.key) is None and device.kind == "cpu"
     ]
     if sparse:
-        table = _measure_sparse(table, sparse, store, threads, rounds, round_s)
+        table = _measure_sparse(table, sparse, store, device.threads, rounds, round_s)
     return table
 
 
@@ -148,8 +170,7 @@ def _measure_ops(
     space: SearchSpace,
     found: Any,
     store: DeviceStore,
-    name: str,
-    threads: int,
+    device: LocalDevice,
     calibration: int | None,
     calibration_data: Any,
     rounds: int,
@@ -162,10 +183,10 @@ def _measure_ops(
         budget = f" (or as many as {calibration_budget_s:.0f} s allow)"
     print(
         f"measuring {found.count} ops and {count} calibration models{budget} for the "
-        f"{name} table: once per machine and space ...",
+        f"{device.name} table: once per machine and space ...",
         file=sys.stderr,
     )
-    power_w, source = cpu_power_w()
+    name = device.name
     with tempfile.TemporaryDirectory() as tmp, quiet_root_logger():
         bundle = Path(tmp) / "ops.zip"
         manifest = write_bundle(
@@ -178,15 +199,27 @@ def _measure_ops(
             calibration_budget_s=calibration_budget_s,
             name=name,
             ops=found,
+            batch_size=device.batch_size,
         )
         out = Path(tmp) / "table.csv"
-        measure_bundle(bundle, out, device=name, threads=threads, rounds=rounds, round_s=round_s)
+        measure_bundle(
+            bundle,
+            out,
+            device=name,
+            threads=device.threads,
+            batch_size=device.batch_size,
+            rounds=rounds,
+            round_s=round_s,
+            backend=device.backend(),
+        )
+        power_w, source = device_power_w(device, out)
+        extra = {"power_source": source, "precisions": list(device.precisions)}
         return store.import_table(
             out,
             name=name,
             manifest=manifest,
             merge=True,
-            meta=DeviceMeta(active_power_w=power_w, extra={"power_source": source}),
+            meta=DeviceMeta(active_power_w=power_w, extra=extra),
         )
 
 
@@ -288,34 +321,29 @@ class ValidationReport:
         }
 
 
-def local_run(model_bytes: bytes, *, threads: int = 1) -> Callable[[], Any]:
-    """A call that runs an ONNX model once on this machine's CPU, batch 1, on fixed
-    random inputs (a fresh ONNX Runtime session)."""
-    return open_session(model_bytes, session_options(threads))[0]
-
-
-def measure_local(model_bytes: bytes, *, threads: int = 1) -> float:
-    """Latency in ms of an ONNX model on this machine's CPU, batch 1, by the timing
-    protocol (``runner.time_models``)."""
-    return measure_models([model_bytes], threads=threads)[0]
+def measure_local(model_bytes: bytes, *, device: LocalDevice = CPU_1T) -> float:
+    """Latency in ms of an ONNX model on a device of this machine (one CPU thread by
+    default), at its batch size, by the timing protocol (``runner.time_models``)."""
+    return measure_models([model_bytes], device=device)[0]
 
 
 def measure_models(
     models: Sequence[bytes | Path],
     *,
-    threads: int = 1,
+    device: LocalDevice = CPU_1T,
     rounds: int = ROUNDS,
     round_s: float = ROUND_S,
     seed: int = 0,
     label: str = "",
     reference: bytes | Path | None = None,
 ) -> list[float]:
-    """Latencies in ms of whole ONNX models (bytes or files) on this machine's CPU,
-    batch 1, by the timing protocol every Frontier latency follows
-    (``runner.time_models``: one warm session per model, rounds that visit every model
-    in turn, the median of each model's round medians), stated against ``reference``
-    timed in the same rounds where given (``runner.time_chunked``). ``label`` names the
-    models in progress output (none when empty)."""
+    """Latencies in ms of whole ONNX models (bytes or files) on a device of this
+    machine (one CPU thread by default), at its batch size, by the timing protocol
+    every Frontier latency follows (``runner.time_models``: one warm session per model,
+    rounds that visit every model in turn, the median of each model's round medians),
+    stated against ``reference`` timed in the same rounds where given
+    (``runner.time_chunked``). ``label`` names the models in progress output (none
+    when empty)."""
     start = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
@@ -327,7 +355,8 @@ def measure_models(
 
     stats = measure_onnx(
         models,
-        threads=threads,
+        backend=device.backend(),
+        batch_size=device.batch_size,
         rounds=rounds,
         round_s=round_s,
         seed=seed,
@@ -357,7 +386,9 @@ def measure_plans(
         start = time.perf_counter()
         for i, plan in enumerate(plans):
             with quiet_root_logger():
-                data = whole_model_bytes(model, plan, example_inputs, calibration_data)
+                data = whole_model_bytes(
+                    model, plan, example_inputs, calibration_data, half=bool(table.meta.get("half"))
+                )
             files.append(Path(tmp) / f"{i}.onnx")
             files[-1].write_bytes(data)
             if (i + 1) % 10 == 0 or i + 1 == len(plans):
@@ -365,9 +396,18 @@ def measure_plans(
                     f"exported {i + 1}/{len(plans)} ({time.perf_counter() - start:.0f} s)",
                     file=sys.stderr,
                 )
-        threads = int(table.meta.get("threads", 1) or 1)
         reference = files[0] if against_first and files else None
-        return measure_models(files, threads=threads, label=label, reference=reference)
+        device = table_device(table)
+        return measure_models(files, device=device, label=label, reference=reference)
+
+
+def table_device(table: DeviceTable) -> LocalDevice:
+    """The device of this machine that measures ``table``'s models again: the local
+    device it names, or (a table from elsewhere) this CPU at the table's threads."""
+    found = local_device(table.name)
+    if found is not None:
+        return found
+    return LocalDevice(table.name, threads=int(table.meta.get("threads", 1) or 1))
 
 
 def validate(

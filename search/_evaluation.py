@@ -300,8 +300,21 @@ class Evaluation:
         with warnings.catch_warnings(), _quiet():
             warnings.simplefilter("ignore")
             return export_onnx(
-                model, plan, self.example, path, calibration_data=self.context.calibration()
+                model,
+                plan,
+                self.example,
+                path,
+                calibration_data=self.context.calibration(),
+                half=self.half,
             )
+
+    @property
+    def half(self) -> bool:
+        """Whether models are exported with 16-bit layers in FP16: where every device
+        the search prices runs them so (GPU tables, ``half`` in their metadata); a
+        search that also prices a CPU exports them FP32, as the CPU table prices them."""
+        tables = getattr(self, "tables", {})
+        return bool(tables) and all(t.meta.get("half") for t in tables.values())
 
     def _onnx_bytes(self, model: nn.Module, plan: CompressionPlan) -> tuple[bytes, str]:
         import tempfile
@@ -425,7 +438,7 @@ def resolve_tables(
         evaluation_parts: (task, teacher, example_inputs, space).
         store: a DeviceStore (default: ``config.device_store`` or the user's data dir).
     """
-    from frontier.latency_models import DeviceStore, TableError, ensure_local_table, local_threads
+    from frontier.latency_models import DeviceStore, TableError, ensure_local_table, local_device
 
     task, teacher, example, space = evaluation_parts
     store = store or DeviceStore(config.device_store)
@@ -440,7 +453,7 @@ def resolve_tables(
                 offload=d.offload or d.like,
                 transfer_gbps=d.transfer_gbps,
             )
-        elif local_threads(name) is not None:  # local-cpu, local-cpu-2t, ...: measured here
+        elif local_device(name) is not None:  # local-cpu, local-cuda-b32, ...: measured here
             tables[name] = ensure_local_table(
                 teacher,
                 example,

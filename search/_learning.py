@@ -28,17 +28,22 @@ def measure_front(
     local ``device``, log it beside the prediction and, with ``learn``, add the
     measurements to the device's table (``learn_front``). Remote devices are measured
     by their runner (``frontier lut front``); a failure costs the search nothing."""
-    from frontier.latency_models import local_threads, measure_onnx, whole_model_bytes
+    from frontier.latency_models import local_device, measure_onnx, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
-    threads = local_threads(device)
-    if threads is None:
+    here = local_device(device)
+    if here is None:
         return  # a remote device: its runner measures it
     members = sorted(models)
     ev = search.evaluation
     try:  # beside the uncompressed model, in the same rounds (runner.time_chunked)
         base = whole_model_bytes(ev.teacher, CompressionPlan(), ev.example)
-        stats = measure_onnx([models[n] for n in members], threads=threads, reference=base)
+        stats = measure_onnx(
+            [models[n] for n in members],
+            backend=here.backend(),
+            batch_size=here.batch_size,
+            reference=base,
+        )
     except Exception as err:  # a report that fails costs the search nothing
         logger.warning("front not measured on %s (%s)", device, err)
         return

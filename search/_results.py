@@ -155,18 +155,21 @@ def latency_checks(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]:
-    """A picked model's latency on each ``local-cpu`` device among its metrics,
-    measured here by the timing protocol every table row was measured with; a logged
-    figure more than 10% off the measurement is warned about."""
-    from frontier.latency_models import local_threads, measure_local
+    """A picked model's latency on each local device among its metrics (one this
+    machine can measure), measured here by the timing protocol every table row was
+    measured with; a logged figure more than 10% off the measurement is warned about."""
+    from frontier.latency_models import local_device, measure_local
 
     out = {}
     for name, logged in metrics.items():
         metric, _, device = name.partition("@")
-        threads = local_threads(device)
-        if metric != "latency_ms" or threads is None:
+        here = local_device(device)
+        if metric != "latency_ms" or here is None:
             continue
-        out[device] = measured = measure_local(onnx_path.read_bytes(), threads=threads)
+        if here.unavailable():
+            logger.warning("%s not measured: %s", name, here.unavailable())
+            continue
+        out[device] = measured = measure_local(onnx_path.read_bytes(), device=here)
         if logged is not None and abs(float(logged) / measured - 1) > PREDICTION_TOLERANCE:
             logger.warning(
                 "%s logged %.4g ms, measured here %.4g ms (%+.0f%%)",

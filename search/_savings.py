@@ -110,7 +110,7 @@ def profile_front(
     never the search's."""
     import pandas as pd
 
-    from frontier.latency_models import compare_layers, plot_layers, profile_layers
+    from frontier.latency_models import LocalDevice, compare_layers, plot_layers, profile_layers
 
     if not members:
         return
@@ -119,7 +119,7 @@ def profile_front(
         base_path = folder / "baseline.onnx"
         search.evaluation.export_baseline(base_path)
         base = profile_layers(base_path, threads=threads, runs=PROFILE_RUNS, measure=False)
-        priced = _table_prices(search, threads)
+        priced = _table_prices(search, LocalDevice("profiler", threads=threads))
         base_prices = priced({}) if priced else None  # the uncompressed plan, once
     except Exception as err:
         logger.warning("front not profiled (the baseline: %s)", err)
@@ -141,16 +141,17 @@ def profile_front(
     logger.info("profiled %d front members layer by layer (profile/ artifacts)", len(members))
 
 
-def _table_prices(search: SearchView, threads: int) -> Any:
+def _table_prices(search: SearchView, profiled: Any) -> Any:
     """A function from a plan (a dict) to its ops' table prices per layer, on the
-    device measured here at ``threads`` (None where the search prices no such device)."""
+    device of this machine that runs models as ``profiled`` (the profiler's
+    ``LocalDevice``) does (None where the search prices no such device)."""
     import math
 
-    from frontier.latency_models import learned_entry, local_threads, priced_layers
+    from frontier.latency_models import learned_entry, local_device, priced_layers
     from frontier.spaces import CompressionPlan
 
     ev = search.evaluation
-    device = next((d for d in ev.context.latency if local_threads(d) == threads), None)
+    device = next((d for d in ev.context.latency if profiled.runs_like(local_device(d))), None)
     if device is None:
         return None
     lm = ev.context.latency[device]

@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from frontier.experiments import TaskError
-from frontier.latency_models import TableError
+from frontier.latency_models import DeviceUnavailable, TableError
 from frontier.spaces import PlanError, SpaceError
 
 from .._config import ConfigError
@@ -32,6 +32,7 @@ USER_ERRORS = (
     PlanError,
     SpaceError,
     TableError,
+    DeviceUnavailable,
     SearchError,
 )
 

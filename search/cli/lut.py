@@ -59,6 +59,19 @@ def _ops_command(sub: Any) -> None:
         "models unless --calibration: a new device's table predicted through a stored "
         "device's full one (lut import --few-shot-from)",
     )
+    e.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=1,
+        help="the batch every op model is built at and the device is priced at (a GPU "
+        "serving batches: 32); measure it with the runner's --batch-size too",
+    )
+    e.add_argument(
+        "--half",
+        action="store_true",
+        help="16-bit layers run FP16, as a GPU deploys them: FP16 op models and whole "
+        "models exported with them (export_onnx(half=True)); without it they are FP32",
+    )
     e.set_defaults(func=cmd_lut_ops)
 
 
@@ -79,6 +92,8 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
             calibration_data=task.calibration_batches(),
             name=config.name,
             few_shot=args.few_shot,
+            batch_size=args.batch_size,
+            half=args.half,
         )
     calibration = sum(m["kind"] == "calibration" for m in manifest["models"])
     ops = f"{manifest['op_count']} ops"
@@ -358,7 +373,9 @@ def cmd_lut_show(args: argparse.Namespace) -> int:
 def _validate_command(sub: Any) -> None:
     e = sub.add_parser("validate", help="predicted vs measured whole-model latency")
     e.add_argument("config")
-    e.add_argument("--device", required=True, help="a stored table, or local-cpu")
+    e.add_argument(
+        "--device", required=True, help="a stored table, or a local device (local-cpu, local-cuda)"
+    )
     e.add_argument("--samples", type=at_least(1), default=50)
     e.add_argument("--out", default="lut-validation", help="directory for the CSV and PNG")
     e.add_argument("--measure", choices=["auto", "local", "table"], default="auto")
@@ -367,14 +384,14 @@ def _validate_command(sub: Any) -> None:
 
 
 def cmd_lut_validate(args: argparse.Namespace) -> int:
-    from frontier.latency_models import LatencyModel, ensure_local_table, local_threads, validate
+    from frontier.latency_models import LatencyModel, ensure_local_table, local_device, validate
 
     config = load(args.config)
     writable(Path(args.out), "the validation report (--out)")
     task, model, space = task_and_space(config)
     store = device_store(args)
     example = task.example_inputs()
-    if local_threads(args.device) is not None:
+    if local_device(args.device) is not None:
         table = ensure_local_table(
             model,
             example,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from frontier.latency_models import local_threads
+from frontier.latency_models import local_device
 from frontier.search import load_config, run
 from frontier.search.cli import main
 from tests.experiments.images import image_folder
@@ -27,7 +27,8 @@ from tests.experiments.images import image_folder
     ids=["default", "two", "twelve", "other", "zero"],
 )
 def test_local_device_names(name: str, threads: int | None) -> None:
-    assert local_threads(name) == threads
+    device = local_device(name)
+    assert (device.threads if device is not None else None) == threads
 
 
 def _tiny_search(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **overrides):

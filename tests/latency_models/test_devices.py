@@ -1,29 +1,147 @@
-"""Local devices are resolved through one registry: the built-in CPU names, and any
-resolver a user adds."""
+"""Local devices are one object each, resolved through one registry: the built-in CPU
+and GPU names, and any device a user registers; every caller that times or prices
+takes the device."""
+
+import dataclasses
 
 import pytest
+import torch
+import yaml
 
 from frontier.latency_models import (
+    DeviceStore,
+    DeviceUnavailable,
     LocalDevice,
     _devices,
+    ensure_local_table,
     local_device,
-    local_threads,
+    measure_local,
     register_local,
+    table_device,
+    whole_model_bytes,
 )
+from frontier.latency_models.runner import OrtBackend
+from frontier.search.cli import main
+from frontier.spaces import CompressionPlan
+
+from .test_cli import CONFIG
 
 
 @pytest.mark.parametrize(
-    ("name", "threads"),
-    [("local-cpu", 1), ("local-cpu-4t", 4), ("local-cpu-0t", None), ("pi4", None)],
-    ids=["one-thread", "four-threads", "zero-threads", "stored-table"],
+    ("name", "kind", "threads", "batch"),
+    [
+        ("local-cpu", "cpu", 1, 1),
+        ("local-cpu-4t", "cpu", 4, 1),
+        ("local-cuda", "cuda", 1, 1),
+        ("local-cuda-b32", "cuda", 1, 32),
+    ],
 )
-def test_builtin_cpu_names(name: str, threads: int | None) -> None:
-    assert local_threads(name) == threads
+def test_builtin_names(name: str, kind: str, threads: int, batch: int) -> None:
+    device = local_device(name)
+    assert device is not None and device.name == name
+    assert (device.kind, device.threads, device.batch_size) == (kind, threads, batch)
+    # a GPU prices half precision and no INT8 (no GPU runtime here has INT8 kernels)
+    assert ("int8" in device.precisions) == (kind == "cpu")
+    assert "fp16" in device.precisions
 
 
-def test_a_registered_resolver_is_asked_first(monkeypatch) -> None:
+@pytest.mark.parametrize("name", ["local-cpu-0t", "local-cuda-b0", "local-gpu", "pi4"])
+def test_other_names_are_stored_tables(name: str) -> None:
+    assert local_device(name) is None
+
+
+class CountingBackend(OrtBackend):
+    """ONNX Runtime on the CPU, counting the models it opens."""
+
+    opened = 0
+
+    def open(self, *args, **kwargs):
+        CountingBackend.opened += 1
+        return super().open(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class CountingDevice(LocalDevice):
+    def backend(self):
+        return CountingBackend(self.provider, self.threads)
+
+
+def test_a_new_device_kind_is_one_registration(monkeypatch, mlp_setup, tmp_path) -> None:
     monkeypatch.setattr(_devices, "_RESOLVERS", list(_devices._RESOLVERS))
-    gpu = LocalDevice("local-gpu", threads=1, provider="CUDAExecutionProvider")
-    register_local(lambda name: gpu if name == "local-gpu" else None)
-    assert local_device("local-gpu") == gpu
-    assert local_device("local-cpu") == LocalDevice("local-cpu", 1)
+    register_local(lambda name: CountingDevice(name) if name == "local-counted" else None)
+    task, model, x, space = mlp_setup
+    store = DeviceStore(tmp_path / "store")
+    table = ensure_local_table(
+        model, x, space, store=store, name="local-counted", calibration=8,
+        calibration_data=task.calibration_batches(), rounds=1, round_s=0.002,
+    )  # fmt: skip
+    # the table was measured by the registered device's backend, and is stored by name
+    opened = CountingBackend.opened
+    assert opened >= len(table.rows) and store.names() == ["local-counted"]
+    # measuring a model again goes through the same device
+    device = table_device(table)
+    assert isinstance(device, CountingDevice)
+    ms = measure_local(whole_model_bytes(model, CompressionPlan(), x), device=device)
+    assert ms > 0 and CountingBackend.opened == opened + 1
+    # ... and the search resolves it as a device measured here
+    from frontier.search._config import parse_config
+    from frontier.search._evaluation import resolve_tables
+
+    config = parse_config({**CONFIG, "devices": ["local-counted"]})
+    tables = resolve_tables(config, (task, model, x, space), store)
+    assert tables["local-counted"].rows == store.load("local-counted").rows
+
+
+def test_devices_that_run_alike_are_one_device() -> None:
+    one = local_device("local-cpu")
+    assert one is not None and one.runs_like(LocalDevice("local-cpu-1t", threads=1))
+    assert not one.runs_like(local_device("local-cpu-2t"))
+    assert not one.runs_like(local_device("local-cuda"))
+    assert not one.runs_like(None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_device_without_a_gpu_is_refused_in_one_line(mlp_setup, tmp_path, capsys) -> None:
+    _task, model, x, space = mlp_setup
+    with pytest.raises(DeviceUnavailable, match=r"torch.cuda.is_available\(\) is False"):
+        ensure_local_table(model, x, space, store=DeviceStore(tmp_path), name="local-cuda-b32")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    code = main(["lut", "validate", "--device", "local-cuda", str(config), "--store",
+                 str(tmp_path / "store"), "--out", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "local-cuda" in err and "PyTorch sees none" in err
+
+
+def test_a_batched_device_prices_ops_at_its_batch(mlp_setup) -> None:
+    from frontier.latency_models import space_ops
+
+    _, model, x, space = mlp_setup
+    one = space_ops(model, x, space).ops
+    many = space_ops(model, x, space, batch_size=32).ops
+    # the same ops, each at batch 32: other keys, 32x the work
+    assert len(one) == len(many) and not {s.key for s in one} & {s.key for s in many}
+    assert sum(s.macs for s in many) == 32 * sum(s.macs for s in one)
+
+
+def test_a_gpu_table_states_the_power_its_counter_measured(tmp_path) -> None:
+    from frontier.latency_models._validate import device_power_w
+
+    out = tmp_path / "t.csv"
+    out.write_text(
+        "kind,status,median_ms,energy_mj\n"
+        "op,ok,0.1,\n"
+        "calibration,ok,2.0,400\n"  # 200 W
+        "calibration,ok,1.0,250\n"  # 250 W
+        "validation,ok,4.0,1200\n"  # 300 W
+        "calibration,unsupported,,\n"
+    )
+    gpu, cpu = local_device("local-cuda"), local_device("local-cpu")
+    assert gpu is not None and cpu is not None
+    power, source = device_power_w(gpu, out)
+    assert power == pytest.approx(250.0) and "NVML" in source and "3 whole models" in source
+    out.write_text("kind,status,median_ms,energy_mj\ncalibration,ok,2.0,\n")
+    assert device_power_w(gpu, out)[0] is None  # no counter: unknown, not made up
+    power, source = device_power_w(cpu, out)
+    assert power > 0 and "CodeCarbon" in source
