@@ -29,8 +29,7 @@ def main() -> None:
         local_device,
         measure_plans,
     )
-    from frontier.search._setup import task_and_space
-    from frontier.search.cli._common import load
+    from frontier.search import load_config, task_and_space
     from frontier.spaces import CompressionPlan
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -42,7 +41,7 @@ def main() -> None:
 
     if local_device(args.device) is None:
         parser.error(f"--device {args.device}: only a local device can be measured here")
-    config = load(args.experiment)
+    config = load_config(args.experiment)
     task, model, space = task_and_space(config)
     example, calibration = task.example_inputs(), task.calibration_batches()
     table = ensure_local_table(

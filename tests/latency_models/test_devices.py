@@ -40,9 +40,10 @@ def test_builtin_names(name: str, kind: str, threads: int, batch: int) -> None:
     device = local_device(name)
     assert device is not None and device.name == name
     assert (device.kind, device.threads, device.batch_size) == (kind, threads, batch)
-    # a GPU prices half precision and no INT8 (no GPU runtime here has INT8 kernels)
+    # a GPU runs 16-bit layers in FP16 and no INT8 (no GPU runtime here has INT8
+    # kernels); a CPU runs INT8, and 16-bit layers in FP32 as they are exported for it
     assert ("int8" in device.precisions) == (kind == "cpu")
-    assert "fp16" in device.precisions
+    assert device.half == (kind == "cuda")
 
 
 @pytest.mark.parametrize("name", ["local-cpu-0t", "local-cuda-b0", "local-gpu", "pi4"])
@@ -83,13 +84,13 @@ def test_a_new_device_kind_is_one_registration(monkeypatch, mlp_setup, tmp_path)
     assert isinstance(device, CountingDevice)
     ms = measure_local(whole_model_bytes(model, CompressionPlan(), x), device=device)
     assert ms > 0 and CountingBackend.opened == opened + 1
-    # ... and the search resolves it as a device measured here
-    from frontier.search._config import parse_config
-    from frontier.search._evaluation import resolve_tables
+    # ... and a search resolves it as a device measured here: the stored table
+    from frontier.search import Evaluation, parse_config
 
     config = parse_config({**CONFIG, "devices": ["local-counted"]})
-    tables = resolve_tables(config, (task, model, x, space), store)
-    assert tables["local-counted"].rows == store.load("local-counted").rows
+    evaluation = Evaluation(config, store=store)
+    assert evaluation.tables["local-counted"].rows == store.load("local-counted").rows
+    assert CountingBackend.opened == opened + 1  # found, not measured again
 
 
 def test_devices_that_run_alike_are_one_device() -> None:

@@ -60,7 +60,7 @@ def test_an_fp16_op_model_is_what_the_export_writes_and_runs(half_setup) -> None
     assert [n.op_type for n in graph.node][:2] == ["Cast", spec.op_type]
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer)
     # ONNX Runtime's CPU provider and the PyTorch runner both run it, and agree
-    run, feeds = runner.open_session(data, runner.session_options(1))
+    run, _ = runner.open_session(data, runner.session_options(1))
     want = run()[0]
     got, _ = runner_torch.TorchBackend("cpu").open(
         data, {}, batch_size=1, rng=np.random.default_rng(0)
