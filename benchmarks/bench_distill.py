@@ -10,8 +10,8 @@ Run: python benchmarks/bench_distill.py text-student --plan PLAN.json [--steps 1
     [--every 300] [--lr 1e-4] [--batch-size 32] [--measure] [--json OUT.json]
 
 With ``--measure``, the distilled student and the teacher are exported to ONNX (INT8
-where the plan quantises) and their latency measured side by side (ONNX Runtime, 1
-thread, batch 1, 5 sessions, against this machine's local-cpu table's reference model),
+where the plan quantises) and their latency measured side by side by the timing
+protocol (ONNX Runtime, 1 thread, batch 1, rounds that alternate the two models),
 with the student's size as its cost model counts it beside the teacher's.
 
 ``PLAN.json`` holds a plan as ``frontier pick`` writes it (``plan.json``);

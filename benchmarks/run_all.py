@@ -1073,9 +1073,9 @@ def write_report(
         (
             ("within +/-10% of measured", "Kendall tau predicted vs measured"),
             "Latency predictions: compare each case with its ceiling row, the same "
-            "whole models measured a second time. This 2-core machine is shared; the "
-            "runner times every model beside a reference and scales to the reference's "
-            "level, which removes most of the drift, but a prediction still cannot "
+            "whole models measured a second time. This 2-core machine is shared and moves "
+            "between speeds; the runner's rounds visit every model in turn and each chunk "
+            "times the uncompressed model beside its rows, but a prediction still cannot "
             "agree with a measurement better than two measurements agree with each other. "
             "Where the ceiling is well above the prediction, the rest is the predictor's "
             "(a sum of isolated ops, calibrated on whole models, misses part of how ops "
@@ -1083,8 +1083,8 @@ def write_report(
         ),
         (
             ("measured latency vs logged",),
-            "The picked model's latency: re-measured beside the table's reference, in "
-            "the table's units; the machine's drift is not removed entirely.",
+            "The picked model's latency: re-measured here by the timing protocol the "
+            "table's rows were measured with; the machine's drift is not removed entirely.",
         ),
         (
             ("hypervolume",),

@@ -4,9 +4,8 @@ A table is plain CSV (one row per measured model, the runner's columns, optional
 ``energy_mj`` column) plus JSON metadata, so people can read and diff them. The store is
 a directory per device under ``$FRONTIER_DATA_DIR`` (default ``~/.local/share/frontier``).
 
-Over 500 lines, left whole on purpose for now: ``latency_models/`` is being reworked so
-the latency a front shows is the latency a model runs at, and splitting its modules
-before that lands would only move the same code twice.
+Over 500 lines: the table's rows, their reading and validation, their restating against
+the baseline and the store that keeps them are one format, read top to bottom.
 """
 
 from __future__ import annotations

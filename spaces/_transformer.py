@@ -98,8 +98,8 @@ class EncoderLayer(nn.Module):
 
 class TextTransformer(nn.Module):
     """Token ids -> class logits: embeddings, encoder layers, masked mean pooling, a
-    linear classifier. ``shape`` holds the architecture; ``prune_heads`` and
-    ``prune_ffn`` narrow a layer and keep ``shape`` in step."""
+    linear classifier. ``shape`` holds the architecture; ``keep_heads`` and
+    ``keep_ffn`` narrow a layer and keep ``shape`` in step."""
 
     def __init__(self, shape: TransformerShape) -> None:
         super().__init__()
