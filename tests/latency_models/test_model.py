@@ -75,7 +75,13 @@ def test_validation_report_and_files(table, mlp_setup, tmp_path) -> None:
         out_dir=tmp_path,
         measure="table",
     )
-    assert report.samples == 3 and 0 <= report.within_10pct <= 1
+    assert report.samples == 3 and report.measured == "table"
+    # the measurements are the device's own validation rows, and the figures are theirs
+    stored = sorted(r.median_ms for r in table.rows if r.kind == "validation")
+    assert sorted(r["measured_ms"] for r in report.rows) == pytest.approx(stored)
+    errors = [r["predicted_ms"] / r["measured_ms"] - 1 for r in report.rows]
+    assert report.within_10pct == pytest.approx(sum(abs(e) <= 0.1 for e in errors) / 3)
+    assert report.mape == pytest.approx(sum(abs(e) for e in errors) / 3)
     assert report.csv_path.exists() and report.plot_path.stat().st_size > 1000
     assert math.isfinite(report.mape)
 
