@@ -1,6 +1,7 @@
-"""The codebase reads as layers: no module of a part imports, however indirectly, a
-module that imports it (imports inside functions and under TYPE_CHECKING count), and
-nothing outside a part (its tests aside) reaches into its private modules."""
+"""The codebase reads as layers: each part's modules sit in stated tiers and import only
+tiers below their own (imports in any form, inside functions and under TYPE_CHECKING
+count), so no import cycles; docs/design.md states the tiers the code has; and nothing
+outside a part (its tests aside) reaches into its private modules."""
 
 from __future__ import annotations
 
@@ -13,33 +14,119 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("spaces", "search", "evaluators", "latency_models", "experiments")
 
+#: Each part's modules, bottom tier first: a module imports only modules of tiers below
+#: its own (``test_each_part_imports_only_downward``). docs/design.md quotes these lines
+#: (``tier_line``), so the order it states is the order the code has.
+TIERS: dict[str, list[str]] = {
+    "spaces": [
+        "_dims _forward _graph _param_shapes _registry",
+        "_plan _quant",
+        "_cost _export _students _surgery",
+        "_techniques _transformer",
+        "_apply _embedding_quant _space _transformer_prune",
+        "_shapes _uniform",
+        "__init__",
+    ],
+    "search": [
+        "_anchors _dbstudy _log _pareto _registries _timing",
+        "_tracking",
+        "_config _learning",
+        "_accelerator _front _results",
+        "_evaluation _promotion _storage",
+        "_backends _view",
+        "_callbacks _savings _sensitivity _surrogate",
+        "_mlflow _samplers",
+        "_setup",
+        "_watch",
+        "_engine",
+        "__init__",
+        "cli._common",
+        "cli.results",
+        "cli.inspect cli.lut",
+        "cli.search",
+        "cli.__init__",
+        "cli.__main__",
+    ],
+    "evaluators": ["_base", "_accuracy _cost _hardware", "__init__"],
+    "latency_models": [
+        "_corners _estimate _templates runner",
+        "_ops _table runner_torch",
+        "_arch _context _correction _devices _sparse _transfer",
+        "_bundle _calibration",
+        "_choose _front",
+        "_model",
+        "_validate",
+        "_profile",
+        "_learn",
+        "__init__",
+    ],
+    "experiments": [
+        "_training",
+        "_tasks",
+        "_digits _efficientnet _idx _imagefolder _text_data",
+        "_fashion _text",
+        "__init__",
+    ],
+}
 
-def _imports(part: str) -> dict[str, set[str]]:
-    """Module (dotted, inside the part: ``_config``, ``cli.lut``) -> the modules of the
-    same part it imports anywhere in its file."""
-    names = {}
-    for path in sorted((ROOT / part).rglob("*.py")):
-        rel = path.relative_to(ROOT / part).with_suffix("")
-        names[".".join(rel.parts)] = path
+
+def _modules(part: str, root: Path) -> dict[str, Path]:
+    """Every module of the part by dotted name inside it (``_config``, ``cli.lut``,
+    ``__init__``, ``cli.__init__``)."""
+    out = {}
+    for path in sorted((root / part).rglob("*.py")):
+        rel = path.relative_to(root / part).with_suffix("")
+        out[".".join(rel.parts)] = path
+    return out
+
+
+def _imports(part: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module (dotted, inside the part) -> the modules of the same part it imports
+    anywhere in its file, in any form: ``import frontier.P.x``, ``from frontier.P
+    import x``, ``from frontier.P.x import y``, relative imports, subpackages, split
+    over lines, inside functions or under TYPE_CHECKING. Importing a package (its own
+    too) imports its ``__init__``."""
+    names = _modules(part, root)
+    prefix = f"frontier.{part}"
+
+    def resolve(target: str) -> str | None:
+        """The module a dotted target names: itself, or its package's ``__init__``."""
+        if target in names:
+            return target
+        init = f"{target}.__init__" if target else "__init__"
+        return init if init in names else None
+
+    def inside(module: str) -> str | None:
+        """``frontier.P.x.y`` -> ``x.y`` ('' for the part itself); None elsewhere."""
+        if module == prefix or module.startswith(prefix + "."):
+            return module.removeprefix(prefix).strip(".")
+        return None
+
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
-        if name.endswith("__init__") or name.endswith("__main__"):
-            continue
         package = name.split(".")[:-1]
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            elif node.module and node.module.startswith(f"frontier.{part}."):
-                target = node.module.removeprefix(f"frontier.{part}.")
-            else:
-                continue
-            candidates = [target] if node.module else []
-            candidates += [f"{target}.{a.name}".strip(".") for a in node.names]
-            found |= {c for c in candidates if c in names and not c.endswith("__init__")}
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets += [t for a in node.names if (t := inside(a.name)) is not None]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[: len(package) - node.level + 1]
+                    target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                elif (got := inside(node.module or "")) is not None:
+                    target = got
+                else:
+                    continue
+                for a in node.names:
+                    # ``from X import a``: the module X.a where there is one, else a
+                    # name of X (a module, or a package's __init__)
+                    sub = f"{target}.{a.name}".strip(".")
+                    targets.append(sub if sub in names else target)
+            for target in targets:
+                module = resolve(target)
+                if module is not None:
+                    found.add(module)
         graph[name] = found - {name}
     return graph
 
@@ -67,15 +154,111 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
+def _upward(graph: dict[str, set[str]], tiers: list[str]) -> list[str]:
+    """Each import of ``graph`` that does not go to a lower tier, and each module the
+    tiers leave out or name twice, as a line."""
+    tier_of: dict[str, int] = {}
+    problems = []
+    for k, line in enumerate(tiers):
+        for module in line.split():
+            if module in tier_of:
+                problems.append(f"{module}: in two tiers")
+            tier_of[module] = k
+    for module in sorted(set(graph) - set(tier_of)):
+        problems.append(f"{module}: in no tier")
+    for module in sorted(set(tier_of) - set(graph)):
+        problems.append(f"{module}: a tier names it, the part has no such module")
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if module in tier_of and target in tier_of and tier_of[target] >= tier_of[module]:
+                problems.append(f"{module} (tier {tier_of[module]}) imports {target} "
+                                f"(tier {tier_of[target]})")  # fmt: skip
+    return problems
+
+
+def tier_line(part: str) -> str:
+    """The part's tiers as docs/design.md states them: "`a`, `b`; `c`; ..."."""
+    return "; ".join(", ".join(f"`{m}`" for m in line.split()) for line in TIERS[part])
+
+
 @pytest.mark.parametrize("part", PARTS)
 def test_no_import_cycle_inside_a_part(part: str) -> None:
     cycle = _cycle(_imports(part))
     assert not cycle, f"{part}: " + " -> ".join(cycle)
 
 
+@pytest.mark.parametrize("part", PARTS)
+def test_each_part_imports_only_downward(part: str) -> None:
+    problems = _upward(_imports(part), TIERS[part])
+    assert not problems, f"{part}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_the_design_doc_states_the_tiers_the_code_has(part: str) -> None:
+    doc = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    assert tier_line(part) in doc, f"docs/design.md does not state {part}: {tier_line(part)}"
+
+
 def test_the_checker_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "p" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_imports_reads_every_form(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "from ._a import A\nfrom .sub import _c\n",
+            "_a.py": "import frontier.p._b\nA = 1\n",
+            "_b.py": "def f():\n    from frontier.p._d import (\n        D,\n    )\n",
+            "_d.py": "import os\nfrom frontier.other import x\n",
+            "sub/__init__.py": "",
+            "sub/_c.py": "from .._d import D\nfrom frontier.p.sub import _e\n",
+            "sub/_e.py": "from frontier.p import _d, A\n",  # A: a name of p's __init__
+        },
+    )
+    assert _imports("p", root) == {
+        "__init__": {"_a", "sub._c"},
+        "_a": {"_b"},
+        "_b": {"_d"},
+        "_d": set(),
+        "sub.__init__": set(),
+        "sub._c": {"_d", "sub._e"},
+        "sub._e": {"__init__", "_d"},
+    }
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"_a.py": "import frontier.p._b\n", "_b.py": "import frontier.p._a\n"},
+        {"__init__.py": "from ._a import x\n", "_a.py": "from frontier.p import y\n"},
+        {
+            "_a.py": "from .sub._c import z\n",
+            "sub/__init__.py": "",
+            "sub/_c.py": "from .._a import x\n",
+        },
+    ],
+    ids=["import-x", "through-init", "through-subpackage"],
+)
+def test_a_planted_cycle_is_found(tmp_path: Path, files: dict[str, str]) -> None:
+    assert _cycle(_imports("p", _tree(tmp_path, files)))
+
+
+def test_a_planted_tier_inversion_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"_low.py": "from ._high import x\n", "_high.py": "x = 1\n"})
+    graph = _imports("p", root)
+    assert _upward(graph, ["_high", "_low"]) == []
+    assert _upward(graph, ["_low", "_high"]) == ["_low (tier 0) imports _high (tier 1)"]
+    assert _upward(graph, ["_low"]) == ["_high: in no tier"]
 
 
 def test_nothing_outside_a_part_imports_its_private_modules() -> None:
@@ -87,6 +270,8 @@ def test_nothing_outside_a_part_imports_its_private_modules() -> None:
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT)
         if rel.parts[0] in (".venv", "build") or "site-packages" in rel.parts:
+            continue
+        if rel == Path("tests/test_layers.py"):  # its planted trees import a made-up part
             continue
         for m in private.finditer(path.read_text()):
             part = m.group(1) or m.group(2) or m.group(3)
