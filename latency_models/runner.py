@@ -166,9 +166,11 @@ def time_models(
     progress: Callable[[int], None] | None = None,
     timer: Callable[[Callable[[], Any]], float] = wall_clock_ms,
     warmup_s: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[dict[str, Any]]:
     """Time each of ``runs`` (a call that runs one model once) by the protocol above;
-    ``timer`` times one run in ms (``wall_clock_ms``). Each model warms up for
+    ``timer`` times one run in ms (``wall_clock_ms``), ``clock`` (seconds) bounds the
+    warm-up and each visit (tests pass a fake one with a fake timer). Each model warms up for
     ``warmup_runs`` runs and, with ``warmup_s``, for at least that many seconds (a GPU
     raising its clocks, as ``trtexec --warmUp`` does), ``WARMUP_MAX_S`` at most.
 
@@ -179,12 +181,12 @@ def time_models(
     if rounds < 1 or round_s <= 0:
         raise ValueError(f"rounds must be >= 1 and round_s > 0, got {rounds=}, {round_s=}")
     for run in runs:
-        start = time.perf_counter()
+        start = clock()
         k = 0
         while True:
             run()
             k += 1
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             if (k >= warmup_runs and elapsed >= min(warmup_s, WARMUP_MAX_S)) or (
                 k > 1 and elapsed > WARMUP_MAX_S
             ):
@@ -200,10 +202,8 @@ def time_models(
             for _ in range(ROUND_WARMUP_RUNS):
                 run()
             got: list[float] = []
-            end = time.perf_counter() + round_s
-            while len(got) < MIN_ROUND_RUNS or (
-                time.perf_counter() < end and len(got) < MAX_ROUND_RUNS
-            ):
+            end = clock() + round_s
+            while len(got) < MIN_ROUND_RUNS or (clock() < end and len(got) < MAX_ROUND_RUNS):
                 got.append(timer(run))
             medians[i].append(statistics.median(got))
             times[i].extend(got)

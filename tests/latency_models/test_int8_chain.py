@@ -83,6 +83,7 @@ def test_boundaries_sit_where_the_precision_changes(chain) -> None:
     assert boundary_ops(mixed) == ["QuantizeLinear", "DequantizeLinear"] * 2
 
 
+@pytest.mark.slow  # the real runtime is the point: ONNX Runtime's INT8 and FP32 kernels
 def test_int8_and_fp32_chains_are_priced_as_they_run(chain, tmp_path) -> None:
     """The plain sum of the table's ops (no calibration fitted on whole models) predicts
     both the FP32 chain and the all-INT8 chain within 10% of their measured latency, and

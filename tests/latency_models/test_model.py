@@ -162,6 +162,7 @@ def test_sparsity_only_pays_with_a_sparse_kernel_row(table, mlp_setup, ops) -> N
     assert measured.latency_ms == pytest.approx(dense.latency_ms - 0.9)
 
 
+@pytest.mark.slow  # the real runtime is the point: local timing against the runner's
 def test_local_validation_measures_by_the_protocol_the_table_was_measured_with(
     table, mlp_setup, bundle, tmp_path
 ) -> None:

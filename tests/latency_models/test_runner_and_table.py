@@ -1,8 +1,8 @@
 import csv
 import json
-import time
 import zipfile
 
+import numpy as np
 import pytest
 
 from frontier.latency_models import (
@@ -34,35 +34,76 @@ def test_runner_measures_every_model(measured) -> None:
     assert meta["protocol"]["rounds"] == 3
 
 
-def _busy(ms: float) -> None:
-    end = time.perf_counter() + ms / 1000
-    while time.perf_counter() < end:
-        pass
+class FakeClock:
+    """A clock and a timer on it: a model is a call that returns what one run of it
+    costs (ms); timing it moves the clock by that much, as a run moves the wall clock."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def timer(self, run) -> float:
+        ms = float(run())
+        self.now_s += ms / 1000
+        return ms
+
+    def model(self, cost_ms):
+        """A model whose run costs ``cost_ms(clock seconds)``, untimed runs included."""
+
+        def run() -> float:
+            ms = cost_ms(self.now_s)
+            return ms
+
+        def untimed() -> float:  # warm-up and untimed runs move the clock too
+            ms = run()
+            self.now_s += ms / 1000
+            return ms
+
+        untimed.timed = run  # type: ignore[attr-defined]
+        return untimed
+
+
+def _fake(clock: FakeClock, **options):
+    """``time_models`` options that time on ``clock``: its timer reads a model's cost
+    without running it twice (the untimed call moves the clock; the timed one is read)."""
+    return {"clock": clock, "timer": lambda run: clock.timer(run.timed), **options}
 
 
 def test_the_protocol_reads_what_a_plain_loop_reads() -> None:
-    """A model that takes 0.5 ms reads 0.5 ms, and one that takes 1 ms beside it 1 ms:
-    no reference, no scaling, milliseconds of the machine."""
-    fast, slow = time_models([lambda: _busy(0.5), lambda: _busy(1.0)], round_s=0.02)
-    assert fast["median_ms"] == pytest.approx(0.5, rel=0.1)
-    assert slow["median_ms"] == pytest.approx(1.0, rel=0.1)
-    assert fast["p10_ms"] <= fast["median_ms"] <= fast["p90_ms"]
+    """A model that takes 0.5 ms reads 0.5 ms, and one that takes 1 ms beside it 1 ms,
+    however its runs scatter: no reference, no scaling, milliseconds of the machine."""
+    clock = FakeClock()
+    rng = np.random.default_rng(0)
+    fast = clock.model(lambda now: 0.5 * (1 + 0.05 * rng.standard_normal()))
+    slow = clock.model(lambda now: 1.0 * (1 + 0.05 * rng.standard_normal()))
+    a, b = time_models([fast, slow], **_fake(clock, round_s=0.02))
+    assert a["median_ms"] == pytest.approx(0.5, rel=0.02)
+    assert b["median_ms"] == pytest.approx(1.0, rel=0.02)
+    assert a["p10_ms"] < a["median_ms"] < a["p90_ms"]
+    # a visit runs for round_s of the clock: about 0.02 s / 0.5 ms = 40 runs
+    assert 5 * 35 <= a["runs"] <= 5 * 45
 
 
 def test_a_slow_round_is_outvoted() -> None:
     """A model's latency is the median of its round medians: a neighbour's load that
-    slows one round of five (here by 5 ms a run) does not move it. Rounds of 5 runs
-    after 3 untimed ones, after a warm-up of 30: calls 38-45 are the second round."""
+    slows one round of five (here by 5 ms a run) does not move it."""
+    clock = FakeClock()
     calls = {"n": 0}
 
-    def model() -> None:
+    def cost(now_s: float) -> float:
+        # rounds of 5 timed runs after 3 untimed ones, after a warm-up of 30: calls
+        # 39-46 are the second round, run while a neighbour is busy
         calls["n"] += 1
-        _busy(5.2 if 38 <= calls["n"] < 46 else 0.2)
+        return 5.2 if 39 <= calls["n"] <= 46 else 0.2
 
-    (stats,) = time_models([model], rounds=5, round_s=1e-6, warmup_runs=30)
+    options = _fake(clock, rounds=5, round_s=1e-6, warmup_runs=30)
+    (stats,) = time_models([clock.model(cost)], **options)
     assert calls["n"] == 30 + 5 * 8
-    assert stats["median_ms"] == pytest.approx(0.2, rel=0.2)
-    assert stats["spread"] > 10  # the slow round is there, and said
+    assert stats["median_ms"] == pytest.approx(0.2)
+    assert max(stats["round_medians"]) == pytest.approx(5.2)  # the slow round is there
+    assert stats["spread"] > 10  # and said
 
 
 def test_resume_skips_what_is_measured(bundle, measured, tmp_path, capsys) -> None:
