@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,20 @@ from ._storage import (
 from ._timing import Timing
 from ._tracking import no_telemetry
 from ._watch import Watch
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A job the backend is running: a new plan (its Optuna ``trial``), or the
+    promotion of trial ``number`` to the job's rung."""
+
+    job: Job
+    trial: Any = None
+    number: int = -1
+
+    @property
+    def promotion(self) -> bool:
+        return self.trial is None
 
 
 class Search:
@@ -104,7 +119,9 @@ class Search:
 
     @property
     def hypervolume(self) -> float:
-        return self.front.hypervolume(self.baseline)
+        """The front's normalised hypervolume; NaN before ``run`` has a front."""
+        front = getattr(self, "front", None)
+        return front.hypervolume(self.baseline) if front is not None else float("nan")
 
     def _notify(self, hook: str, *args: Any) -> None:
         for cb in self.callbacks:
@@ -167,7 +184,7 @@ class Search:
         return self.result()
 
     def _loop(self, backend: Backend) -> None:
-        pending: dict[Any, tuple[str, Any, Job]] = {}
+        pending: dict[Any, Pending] = {}  # by the backend's handle
         promotions: list[tuple[int, int]] = []
         since_generation = 0
         total = self.config.search.trials
@@ -175,15 +192,15 @@ class Search:
             while promotions and len(pending) < backend.slots:
                 number, rung = promotions.pop(0)
                 job = Job(self.records[number].plan, rung)
-                pending[backend.submit(job)] = ("promote", number, job)
-            running = {plan_key(j.plan) for kind, _, j in pending.values() if kind == "trial"}
+                pending[backend.submit(job)] = Pending(job, number=number)
+            running = {plan_key(p.job.plan) for p in pending.values() if not p.promotion}
             while len(pending) < backend.slots and self.done + len(running) < total:
                 asked = self._ask(running)
                 if asked is None:
                     break
                 trial, job = asked
                 running.add(plan_key(job.plan))
-                pending[backend.submit(job)] = ("trial", trial, job)
+                pending[backend.submit(job)] = Pending(job, trial=trial)
             if not pending:
                 if promotions:
                     continue
@@ -192,17 +209,17 @@ class Search:
                     continue
                 break
             for handle, outcome in backend.wait(list(pending)):
-                kind, what, job = pending.pop(handle)
-                if kind == "trial":
-                    self._finish_trial(what, job, outcome)
-                    since_generation += 1
+                done = pending.pop(handle)
+                if done.promotion:
+                    self._finish_promotion(done.number, int(done.job.rung), outcome)
                 else:
-                    self._finish_promotion(what, int(job.rung), outcome)
+                    self._finish_trial(done.trial, done.job, outcome)
+                    since_generation += 1
             if since_generation >= self.config.search.population:
                 since_generation = 0
                 # a promotion still queued or running is not asked for twice
                 queued = set(promotions) | {
-                    (what, int(j.rung)) for kind, what, j in pending.values() if kind == "promote"
+                    (p.number, int(p.job.rung)) for p in pending.values() if p.promotion
                 }
                 promotions += [p for p in self._generation() if p not in queued]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -91,7 +92,9 @@ def test_front_models_come_from_the_jobs_not_a_second_fine_tune(
     monkeypatch.setattr(Evaluation, "scored_model", refit)
     path = write_config(search={"fidelity": {"rungs": ["short", "full"], "promote": 0.5}})
     search = Search(path, progress=False)
+    assert math.isnan(search.hypervolume)  # no front before run, and no AttributeError
     result = search.run()
+    assert search.hypervolume > 0
     assert search.summary["job_export_s"] > 0
     client = _client()
     for _, row in result.pareto.iterrows():
