@@ -12,9 +12,7 @@ from ._digits import (
     DigitsTask,
     Recipe,
     SwishBeta,
-    cache_dir,
     load_digits_splits,
-    skip_training,
     train_classifier,
 )
 from ._fashion import IdxRecipe, IdxTask, adapt_model, train_idx_model
@@ -24,8 +22,11 @@ from ._tasks import (
     Loaders,
     Task,
     TaskError,
+    TensorTask,
     build_task,
+    cache_dir,
     register_task,
+    skip_training,
     task_baseline,
     task_names,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "SwishBeta",
     "Task",
     "TaskError",
+    "TensorTask",
     "TextRecipe",
     "TextTask",
     "accelerator",

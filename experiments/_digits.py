@@ -9,13 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,53 +20,10 @@ from torch import nn
 
 from frontier.spaces import CNN_CHANNELS, MLP_HIDDEN, StudentSpec, build_student
 
-from ._tasks import Loaders, Task, TaskError, register_task, tensor_loaders
+from ._tasks import Loaders, TaskError, TensorTask, cache_dir, register_task
 from ._training import fit
 
 logger = logging.getLogger(__name__)
-
-CACHE_ENV = "FRONTIER_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    """Where baselines are cached: ``$FRONTIER_CACHE_DIR`` or ``~/.cache/frontier``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "frontier")
-
-
-_UNTRAINED = {"on": False}
-
-
-def skip_training(skip: bool = True) -> None:
-    """While on, the built-in tasks build their baselines as initialised, neither trained
-    nor loaded from the cache: what measuring latency alone needs (a kernel's time does
-    not depend on weight values). Never for accuracy."""
-    _UNTRAINED["on"] = skip
-
-
-def load_or_train(
-    model: nn.Module, path: Path, train: Callable[[nn.Module], dict[str, Any] | None]
-) -> nn.Module:
-    """``model`` with the weights cached at ``path``, or trained by ``train(model)`` and
-    cached there (atomically; the figures ``train`` returns go in a ``.json`` beside it).
-    An unreadable cache file is retrained, with a warning. Returns the model in eval mode
-    (untouched under ``skip_training``)."""
-    if _UNTRAINED["on"]:
-        return model.eval()
-    if path.exists():
-        try:
-            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        except Exception as err:
-            logger.warning("cached baseline %s is unreadable (%s); retraining", path, err)
-        else:
-            return model.eval()
-    figures = train(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(path)
-    if figures is not None:
-        path.with_suffix(".json").write_text(json.dumps(figures, indent=2))
-    return model.eval()
 
 
 @dataclass(frozen=True)
@@ -150,7 +104,7 @@ DIGITS_MODELS = ("mlp", "cnn", "cnn-swish")
 
 
 @register_task("digits")
-class DigitsTask(Task):
+class DigitsTask(TensorTask):
     """scikit-learn's digits (1,797 8x8 images, 10 classes) with an MLP or CNN baseline.
 
     Args:
@@ -176,19 +130,12 @@ class DigitsTask(Task):
             split_seed=seed,
             architecture=MLP_HIDDEN if model == "mlp" else CNN_CHANNELS,
         )
-        self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._baseline: nn.Module | None = None
 
-    def splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        if self._splits is None:
-            self._splits = load_digits_splits(self.seed)
-        return self._splits
+    def load_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return load_digits_splits(self.seed)
 
-    def loaders(self, *, batch_size: int = 128) -> Loaders:
-        return tensor_loaders(self.splits(), batch_size=batch_size, seed=self.seed)
-
-    def example_inputs(self) -> torch.Tensor:
-        return self.splits()["train"][0][:1].clone()
+    def untrained(self) -> nn.Module:
+        return self.new_model()
 
     def new_model(self) -> nn.Module:
         """A freshly initialised baseline architecture (seeded)."""
@@ -209,22 +156,14 @@ class DigitsTask(Task):
     def cache_path(self) -> Path:
         return cache_dir() / f"digits-{self.family}-{self.recipe.key()}.pt"
 
-    def baseline(self) -> nn.Module:
-        if self._baseline is not None:
-            return self._baseline
-        path = self.cache_path()
-
-        def train(model: nn.Module) -> None:
-            start = time.perf_counter()
-            print(
-                f"training the digits {self.family} baseline (cached at {path}) ...",
-                file=sys.stderr,
-            )
-            val_acc = train_classifier(
-                model, self.loaders(batch_size=self.recipe.batch_size), self.recipe
-            )
-            took_s = time.perf_counter() - start
-            print(f"trained in {took_s:.1f} s, validation accuracy {val_acc:.4f}", file=sys.stderr)
-
-        self._baseline = load_or_train(self.new_model(), path, train)
-        return self._baseline
+    def train_baseline(self, model: nn.Module) -> None:
+        start = time.perf_counter()
+        print(
+            f"training the digits {self.family} baseline (cached at {self.cache_path()}) ...",
+            file=sys.stderr,
+        )
+        val_acc = train_classifier(
+            model, self.loaders(batch_size=self.recipe.batch_size), self.recipe
+        )
+        took_s = time.perf_counter() - start
+        print(f"trained in {took_s:.1f} s, validation accuracy {val_acc:.4f}", file=sys.stderr)

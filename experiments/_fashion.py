@@ -25,10 +25,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ._digits import cache_dir, load_or_train
 from ._efficientnet import lite0_for
 from ._idx import FASHION_MNIST_CLASSES, FASHION_MNIST_ROOT, load_idx_split
-from ._tasks import Loaders, Task, TaskError, register_task, tensor_loaders
+from ._tasks import TaskError, TensorTask, cache_dir, register_task
 from ._training import evaluate, fit, progress_bar
 
 logger = logging.getLogger(__name__)
@@ -175,7 +174,7 @@ def train_idx_model(
 
 
 @register_task("fashion-mnist")
-class IdxTask(Task):
+class IdxTask(TensorTask):
     """Image classification on MNIST-format (idx) files: Fashion-MNIST by default, as
     ``apt-get install dataset-fashion-mnist`` installs it, or any folder with the four
     idx files. 5,000 training images (stratified, seeded) are held out for validation;
@@ -217,41 +216,37 @@ class IdxTask(Task):
         self.seed = seed
         self._epochs = epochs or DEFAULT_EPOCHS[model]
         self._train_subset = train_subset
-        self._data: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._baseline: nn.Module | None = None
         self.classes = list(FASHION_MNIST_CLASSES)
 
-    def splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def load_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """train / val / test as normalised (N, 1, 28, 28) floats and int64 labels."""
-        if self._data is None:
-            from sklearn.model_selection import train_test_split
+        from sklearn.model_selection import train_test_split
 
-            images, labels = load_idx_split(self.root, "train")
-            test_images, test_labels = load_idx_split(self.root, "test")
-            val_size = min(5000, len(images) // 5)
-            train_i, val_i = train_test_split(
-                np.arange(len(images)),
-                test_size=val_size,
-                random_state=self.seed,
-                stratify=labels if np.bincount(labels).min() >= 2 else None,
-            )
-            if self._train_subset is not None:
-                train_i = train_i[: self._train_subset]
+        images, labels = load_idx_split(self.root, "train")
+        test_images, test_labels = load_idx_split(self.root, "test")
+        val_size = min(5000, len(images) // 5)
+        train_i, val_i = train_test_split(
+            np.arange(len(images)),
+            test_size=val_size,
+            random_state=self.seed,
+            stratify=labels if np.bincount(labels).min() >= 2 else None,
+        )
+        if self._train_subset is not None:
+            train_i = train_i[: self._train_subset]
 
-            def tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-                pixels = torch.from_numpy(x.astype(np.float32) / 255.0)[:, None]
-                if pixels.shape[-1] != self.image_size:
-                    size = (self.image_size, self.image_size)
-                    pixels = nn.functional.interpolate(pixels, size=size, mode="bilinear")
-                return (pixels - MEAN) / STD, torch.from_numpy(y)
+        def tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            pixels = torch.from_numpy(x.astype(np.float32) / 255.0)[:, None]
+            if pixels.shape[-1] != self.image_size:
+                size = (self.image_size, self.image_size)
+                pixels = nn.functional.interpolate(pixels, size=size, mode="bilinear")
+            return (pixels - MEAN) / STD, torch.from_numpy(y)
 
-            self._data = {
-                "train": tensors(images[train_i], labels[train_i]),
-                "val": tensors(images[val_i], labels[val_i]),
-                "test": tensors(test_images, test_labels),
-            }
-            self.num_classes = int(max(labels.max(), test_labels.max())) + 1
-        return self._data
+        self.num_classes = int(max(labels.max(), test_labels.max())) + 1
+        return {
+            "train": tensors(images[train_i], labels[train_i]),
+            "val": tensors(images[val_i], labels[val_i]),
+            "test": tensors(test_images, test_labels),
+        }
 
     @property
     def recipe(self) -> IdxRecipe:
@@ -268,35 +263,23 @@ class IdxTask(Task):
             init=INIT.get(self.model_name, "zero-residual"),
         )
 
-    def loaders(self, *, batch_size: int = 128) -> Loaders:
-        return tensor_loaders(self.splits(), batch_size=batch_size, seed=self.seed)
-
-    def example_inputs(self) -> torch.Tensor:
-        return self.splits()["train"][0][:1].clone()
-
     def cache_path(self) -> Path:
         return cache_dir() / f"fashion-mnist-{self.model_name}-{self.recipe.key()}.pt"
 
-    def baseline(self) -> nn.Module:
-        if self._baseline is not None:
-            return self._baseline
-        data = self.splits()
+    def untrained(self) -> nn.Module:
+        self.splits()  # the class count
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)
-            model = adapt_model(self.model_name, self.num_classes)
-        recipe = self.recipe
+            return adapt_model(self.model_name, self.num_classes)
+
+    def train_baseline(self, model: nn.Module) -> dict[str, Any]:
+        recipe, path = self.recipe, self.cache_path()
         label = f"{self.root.name} {self.model_name}"
-        path = self.cache_path()
-
-        def train(model: nn.Module) -> dict[str, Any]:
-            print(f"training the {label} baseline ({recipe}); cached at {path}", file=sys.stderr)
-            figures = train_idx_model(model, data, recipe, label=label)
-            print(
-                f"{label}: trained in {figures['train_s']:.0f} s, validation accuracy "
-                f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
-                file=sys.stderr,
-            )
-            return {"recipe": asdict(recipe), **figures}
-
-        self._baseline = load_or_train(model, path, train)
-        return self._baseline
+        print(f"training the {label} baseline ({recipe}); cached at {path}", file=sys.stderr)
+        figures = train_idx_model(model, self.splits(), recipe, label=label)
+        print(
+            f"{label}: trained in {figures['train_s']:.0f} s, validation accuracy "
+            f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
+            file=sys.stderr,
+        )
+        return {"recipe": asdict(recipe), **figures}

