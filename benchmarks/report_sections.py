@@ -1,0 +1,834 @@
+"""The sections of ``benchmarks/REPORT.md``: each renders one benchmark's figures
+(read from its JSON or its log under ``report-logs/``) as Markdown lines, with its
+targets and plots. ``run_all.py`` runs and measures; this module only writes."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+
+
+def search_section(task: dict[str, Any]) -> list[str]:
+    """Hypervolume and wall time of each search method on one task, per seed."""
+    labels = list(task["hv"])
+    frame = pd.DataFrame(
+        {
+            "method@trials": labels,
+            **{
+                # a method stopped early has fewer seeds (an empty cell)
+                f"HV seed {seed}": [(task["hv"][k][i:] or [None])[0] for k in labels]
+                for i, seed in enumerate(task["seeds"])
+            },
+            "median HV": [task["median"][k] for k in labels],
+            "median wall s": [statistics.median(task["wall_s"][k]) for k in labels],
+        }
+    )
+    phases = ", ".join(
+        f"{k} {statistics.median(v):.0f} s" for k, v in task.get("phases_s", {}).items()
+    )
+    median = task["median"]
+    claims = [
+        f"frontier@{n} is {median[f'frontier@{n}'] / median[other]:.2f}x {other}"
+        for n, other in ((60, "random@60"), (60, "random@300"), (30, "random@300"))
+        if f"frontier@{n}" in median and other in median
+    ]
+    return [
+        f"### Search methods on {task['task']} (same engine, rungs and promotion)",
+        "",
+        "Hypervolume of each front, objectives normalised by the uncompressed model "
+        "(reference point 1.1). frontier: the config's own sampler and anchors; the "
+        "others exactly what they say (no anchors, except surrogate).",
+        "" if not task.get("overrides") else f"Overrides: `{task['overrides']}`.",
+        "",
+        md_table(frame, 4),
+        "",
+        *([f"Median against median: {'; '.join(claims)}.", ""] if claims else []),
+        *([f"Inside those wall times: {phases}.", ""] if phases else []),
+    ]
+
+
+def hv_bound_lines(bound: dict[str, Any]) -> list[str]:
+    """What ``bench_hv_bound.py`` found: the largest hypervolume the task's space allows."""
+    ratios = ", ".join(f"{k} {v:.3f}x" for k, v in bound["cost_ratios"].items())
+    shares = ", ".join(f"{k} {v:.1%}" for k, v in bound["share_of_bound"].items())
+    lines = [
+        f"The largest hypervolume any front of this space can reach is "
+        f"**{bound['hv_bound']:.4f}** (`bench_hv_bound.py`: the teacher's accuracy with the "
+        f"space's most compressed plan, {ratios} of the baseline; the box is "
+        f"{bound['hv_box']:.3f}). Each median as a share of it: {shares}."
+    ]
+    if bound.get("bound_over_random@60"):
+        lines[0] += (
+            f" No method can beat random@60's median by more than "
+            f"{bound['bound_over_random@60']:.2f}x here."
+        )
+    return [*lines, ""]
+
+
+def search_methods_section(search: dict[str, Any], logs: Path = HERE / "report-logs") -> list[str]:
+    """Every task of ``search.json`` (``bench_search.py``, seeds run apart and merged), with
+    the task's hypervolume bound where ``hv-bound-TASK.json`` holds one."""
+    lines: list[str] = []
+    for task in search.get("tasks", []):
+        lines += search_section(task)
+        bound = logs / f"hv-bound-{task['task']}.json"
+        if bound.exists():
+            lines += hv_bound_lines(json.loads(bound.read_text()))
+    return lines
+
+
+# -- reporting ----------------------------------------------------------------------------
+def _fmt(v: Any, digits: int = 4) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def md_table(frame: pd.DataFrame, digits: int = 4) -> str:
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(_fmt(row[c], digits) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def figure_rows(figs: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, value, target, met) rows from the benchmarks' JSON figures."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def add(name: str, value: str, target: str, met: bool | None) -> None:
+        rows.append((name, value, target, "-" if met is None else ("met" if met else "MISSED")))
+
+    sp = figs.get("spaces", {})
+    if "discover_s" in sp:
+        add(
+            "discover(resnet50), median",
+            f"{sp['discover_s']:.2f} s",
+            "<= 5 s",
+            sp["discover_s"] <= 5,
+        )
+        add("apply_plan(resnet50), median", f"{sp['apply_s']:.2f} s", "<= 2 s", sp["apply_s"] <= 2)
+    ev = figs.get("evaluators", {})
+    for family in ("mlp", "cnn"):
+        f = ev.get(family)
+        if not f:
+            continue
+        rho = f["short_vs_full_spearman"]
+        add(f"digits {family}: short vs full rung, Spearman", f"{rho:.3f}", ">= 0.8", rho >= 0.8)
+        best = max((v, k) for k, v in f.items() if k.startswith("proxy_"))
+        add(
+            f"digits {family}: best proxy ({best[1][6:-9]}) vs full, Spearman",
+            f"{best[0]:.3f}",
+            ">= 0.5 (goal)",
+            best[0] >= 0.5,
+        )
+        add(
+            f"digits {family}: one short evaluation, median",
+            f"{f['short_wall_median_s']:.2f} s",
+            "<= 3 s",
+            f["short_wall_median_s"] <= 3,
+        )
+    lat = figs.get("latency", {})
+    for case in ("digits CNN", "mobilenet_v2 224"):
+        c = lat.get(case)
+        if not c:
+            continue
+        cal = c.get("calibrated", {})
+        if cal:
+            add(
+                f"{case}: predictions within +/-10% of measured",
+                f"{cal['within_10pct']:.0%}",
+                ">= 95%",
+                cal["within_10pct"] >= 0.95,
+            )
+            add(
+                f"{case}: Kendall tau predicted vs measured",
+                f"{cal['kendall_tau']:.3f}",
+                ">= 0.9",
+                cal["kendall_tau"] >= 0.9,
+            )
+            fewer = next((k for k in c if k.startswith("calibrated (")), None)
+            if fewer and not fewer.endswith(f"({cal.get('models')} models)"):
+                add(
+                    f"{case}: calibrated on {fewer[len('calibrated (') : -1]} (side by side)",
+                    f"{c[fewer]['within_10pct']:.0%} within, tau {c[fewer]['kendall_tau']:.3f}",
+                    "-",
+                    None,
+                )
+            plain = next((k for k in c if k.startswith("uncorrected (")), None)
+            if plain:
+                add(
+                    f"{case}: without the per-op correction (side by side)",
+                    f"{c[plain]['within_10pct']:.0%} within, tau {c[plain]['kendall_tau']:.3f}",
+                    "-",
+                    None,
+                )
+            rep = c["repeatability"]
+            add(
+                f"{case}: the same models measured twice (ceiling)",
+                f"{rep['within']:.0%} within, tau {rep['tau']:.3f}",
+                "-",
+                None,
+            )
+        if case.startswith("mobilenet"):
+            add(
+                "measuring the mobilenet_v2 bundle",
+                f"{c['measure_s']:.0f} s ({c['ops']} ops)",
+                "<= 600 s",
+                c["measure_s"] <= 600,
+            )
+    dev = figs.get("devices", {})
+    for direction, d in dev.get("few_shot", {}).get("directions", {}).items():
+        fs = d["few_shot"]
+        add(
+            f"few-shot table ({dev['few_shot']['few_shot_ops']} ops), {direction}: within +/-10%",
+            f"{fs['within_10pct']:.0%} (MAPE {fs['mape']:.1%}, {d['method']['method']})",
+            ">= 95%",
+            fs["within_10pct"] >= 0.95,
+        )
+    if "bundle_size" in dev:
+        b = dev["bundle_size"]
+        add(
+            "mobilenet_v2 bundle, 60 + 50 whole models",
+            f"{b['bundle_mib']:.1f} MiB",
+            "<= 64 MiB",
+            b["bundle_bytes"] <= 64 * 2**20,
+        )
+    if "predict_resnet50_ms" in lat:
+        ms = lat["predict_resnet50_ms"]
+        add("predict one resnet50 plan, median", f"{ms:.2f} ms", "<= 5 ms", ms <= 5)
+    se = figs.get("search", {})
+    if "default_run_s" in se:
+        s = se["default_run_s"]
+        add("frontier search digits-mcu, default budget, fresh", f"{s:.0f} s", "<= 600 s", s <= 600)
+    if "overhead_ms_per_trial" in se:
+        o = se["overhead_ms_per_trial"]
+        add("engine overhead per trial", f"{o:.1f} ms", "<= 50 ms", o <= 50)
+    if "pick" in se:
+        p = se["pick"]
+        gap = abs(p["onnx_accuracy"] - p["logged_accuracy"]) * 100
+        add("picked model: ONNX accuracy vs logged", f"{gap:.2f} points", "<= 0.5", gap <= 0.5)
+        err = abs(p["measured_latency_ms"] / p["logged_latency_ms"] - 1) * 100
+        add("picked model: measured latency vs logged", f"{err:.1f}%", "<= 10%", err <= 10)
+    for task in se.get("tasks", []):
+        m = task["median"]
+        trials = next((k.split("@")[1] for k in m if k.startswith("frontier@")), None)
+        if trials is None or f"random@{trials}" not in m:
+            continue
+        mine, rand = m[f"frontier@{trials}"], m[f"random@{trials}"]
+        real = task["task"] != "digits-mcu"
+        need = 1.05 if real else 1.0
+        add(
+            f"hypervolume on {task['task']}, median: frontier@{trials} / random@{trials}",
+            f"{mine:.4f} / {rand:.4f} ({mine / rand:.3f}x)",
+            f">= {need:.2f}x",
+            mine >= need * rand,
+        )
+        longest = max((k for k in m if k.startswith("random@")), key=lambda k: int(k[7:]))
+        if real and longest != f"random@{trials}":
+            add(
+                f"hypervolume on {task['task']}, median: frontier@{trials} / {longest}",
+                f"{mine:.4f} / {m[longest]:.4f}",
+                ">= (moonshot)",
+                mine >= m[longest],
+            )
+    return rows
+
+
+def _plan_kind(plan: dict[str, Any]) -> str:
+    pruned, sparse = bool(plan.get("prune")), bool(plan.get("sparsity"))
+    return {
+        (False, False): "dense",
+        (True, False): "structured",
+        (False, True): "sparse",
+        (True, True): "structured + sparse",
+    }[(pruned, sparse)]
+
+
+def _activation(plan: dict[str, Any]) -> str:
+    act = plan.get("activation")
+    return "keep (SwishBeta)" if not act else str(act["to"])
+
+
+def plot_front(
+    trials: pd.DataFrame,
+    x: str,
+    y: str,
+    path: Path,
+    *,
+    baseline: dict[str, float],
+    hue: str | None = None,
+    title: str = "",
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = trials[trials.state == "complete"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = done.groupby(hue) if hue else [("trials", done)]
+    for label, g in groups:
+        ax.scatter(g[x], g[y], s=14, alpha=0.6, label=str(label))
+    front = done[done.pareto].sort_values(x)
+    ax.plot(front[x], front[y], "k-o", ms=5, mfc="none", label="front")
+    if x in baseline and y in baseline:
+        ax.scatter([baseline[x]], [baseline[y]], marker="*", s=150, c="red", label="FP32 model")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def scenario_section(name: str, s: dict[str, Any], out: Path) -> list[str]:
+    cfg = s["config"]
+    trials: pd.DataFrame = s["trials"]
+    done = trials[trials.state == "complete"]
+    base = s["baseline"]
+    objectives = [o.name for o in cfg.objectives]
+    lines = [
+        f"### {name}",
+        "",
+        f"{cfg.description}. Budget: {len(trials)} trials "
+        f"({', '.join(f'{k}={v}' for k, v in s['overrides'].items()) or 'config defaults'}), "
+        f"{s['wall_s']:.0f} s including this machine's table measurement; "
+        f"{int((trials.state == 'failed').sum())} failed; front of {len(s['pareto'])}; "
+        f"hypervolume {s['hypervolume']:.4f}.",
+        "",
+    ]
+    if s["constraints"]:
+        lines += [
+            f"Constraints (resolved against the FP32 model): {', '.join(s['constraints'])}.",
+            "",
+        ]
+    for note in s["notes"]:
+        lines += [f"> {note}", ""]
+    cols = [c for c in ["trial", "rung", *objectives, *cfg.metrics] if c in s["pareto"].columns]
+    shown = [c for c in dict.fromkeys(cols + [c for c in cfg.metric_names() if c in s["pareto"]])]
+    fp32 = pd.DataFrame(
+        [{"trial": "FP32 model", "rung": "-", **{c: base.get(c) for c in shown[2:]}}]
+    )
+    front = s["pareto"][shown].sort_values(objectives[0], ascending=False).head(12)
+    lines += [md_table(pd.concat([fp32, front], ignore_index=True)), ""]
+    x = next((o for o in objectives[1:] if o in done), objectives[-1])
+    hue = None
+    if name == "unsupported-op":
+        trials["activation"] = [_activation(p) for p in trials.plan]
+        hue = "activation"
+    if name == "sparse-vs-structured":
+        trials["kind"] = [_plan_kind(p) for p in trials.plan]
+        hue = "kind"
+    png = out / f"report-{name}.png"
+    plot_front(trials, x, "accuracy", png, baseline=base, hue=hue, title=name)
+    lines += [f"![{name}: accuracy against {x}]({png.name})", ""]
+    lines += _scenario_extra(name, trials, s, out)
+    return lines
+
+
+def _scenario_extra(name: str, trials: pd.DataFrame, s: dict[str, Any], out: Path) -> list[str]:
+    done = trials[trials.state == "complete"].copy()
+    if name == "multi-device":
+        from frontier.search import Objective, pareto_mask
+
+        lines = ["Each device's own front, from the same trials:", ""]
+        members = {}
+        for device in ("local-cpu", "local-cpu-2t"):
+            col = f"latency_ms@{device}"
+            mask = pareto_mask(
+                done[["accuracy", col]].to_numpy(),
+                [Objective("accuracy", "maximize"), Objective(col, "minimize")],
+            )
+            members[device] = set(done[mask].trial)
+        both = members["local-cpu"] & members["local-cpu-2t"]
+        rows = []
+        for t in sorted(members["local-cpu"] | members["local-cpu-2t"]):
+            r = done[done.trial == t].iloc[0]
+            rows.append(
+                {
+                    "trial": t,
+                    "accuracy": r.accuracy,
+                    "1 thread (ms)": r["latency_ms@local-cpu"],
+                    "2 threads (ms)": r["latency_ms@local-cpu-2t"],
+                    "2t / 1t": r["latency_ms@local-cpu-2t"] / r["latency_ms@local-cpu"],
+                    "on 1t front": t in members["local-cpu"],
+                    "on 2t front": t in members["local-cpu-2t"],
+                }
+            )
+        lines += [
+            md_table(pd.DataFrame(rows)),
+            "",
+            f"Models on both fronts: {len(both)}; "
+            f"{len(members['local-cpu'] - both)} only on the 1-thread front, "
+            f"{len(members['local-cpu-2t'] - both)} only on the 2-thread front.",
+            "",
+        ]
+        return lines
+    if name == "unsupported-op":
+        g = done.groupby("activation").agg(
+            trials=("trial", "count"),
+            best_accuracy=("accuracy", "max"),
+            median_npu_ms=("latency_ms@edge-npu", "median"),
+            median_cpu_ms=("latency_ms@local-cpu", "median"),
+            front_members=("pareto", "sum"),
+        )
+        return [
+            "By activation: the Sigmoid inside SwishBeta falls back to the CPU on "
+            "`edge-npu` and pays for moving its tensors both ways.",
+            "",
+            md_table(g.reset_index()),
+            "",
+        ]
+    if name == "sparse-vs-structured":
+        g = done.groupby("kind").agg(
+            trials=("trial", "count"),
+            best_accuracy=("accuracy", "max"),
+            min_latency_ms=("latency_ms@local-cpu", "min"),
+            median_latency_ms=("latency_ms@local-cpu", "median"),
+            front_members=("pareto", "sum"),
+        )
+        return ["By kind of plan:", "", md_table(g.reset_index()), ""]
+    return []
+
+
+def real_scenarios_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The scenarios on real data (``scenarios.json``): the FP32 baseline (the teacher)
+    and the member each scenario's question picks, its latency measured again beside the
+    baseline's, and each target met or missed."""
+    if not rows:
+        return []
+    table = []
+    for r in rows:
+        b, p = r.get("baseline") or {}, r.get("picked") or {}
+        speedup = (
+            b["latency_measured_ms"] / p["latency_measured_ms"]
+            if p.get("latency_measured_ms") and b.get("latency_measured_ms")
+            else None
+        )
+        table.append(
+            {
+                "scenario": r["scenario"],
+                "accuracy": r["accuracy_kind"],
+                "baseline acc": b.get("accuracy"),
+                "picked acc": p.get("accuracy"),
+                "MACs %": 100 * p["macs"] / b["macs"] if p.get("macs") and b.get("macs") else None,
+                "size %": 100 * p["size_bytes"] / b["size_bytes"]
+                if p.get("size_bytes") and b.get("size_bytes")
+                else None,
+                "baseline ms": b.get("latency_measured_ms"),
+                "picked ms (table)": p.get("latency_ms"),
+                "picked ms (measured)": p.get("latency_measured_ms"),
+                "speed-up": speedup,
+                "wall s": r.get("wall_s"),
+            }
+        )
+    lines = [
+        "### The scenarios on real data (`benchmarks/bench_scenarios.py`)",
+        "",
+        "Real test accuracy (ONNX Runtime on the exported models). The picked member is "
+        "the feasible one at the full rung that the scenario's question asks for (each "
+        "row's rule below); latencies measured again, baseline and picked side by side, "
+        "1 thread, batch 1.",
+        "",
+        md_table(pd.DataFrame(table), 3),
+        "",
+    ]
+    for r in rows:
+        lines.append(f"- {r['scenario']}: picked {r.get('pick_rule', 'the most accurate')}")
+        for what, met in (r.get("targets") or {}).items():
+            lines.append(f"- {r['scenario']}: {what}: {'met' if met else 'MISSED'}")
+    return [*lines, ""]
+
+
+def devices_section(dev: dict[str, Any]) -> list[str]:
+    """Few-shot tables both ways and the bundle size (``devices.json``)."""
+    fs = dev.get("few_shot")
+    if not fs:
+        return []
+    rows = []
+    for direction, d in fs["directions"].items():
+        for label, key in (
+            (
+                f"few-shot ({fs['few_shot_ops']} ops + {fs['few_shot_whole_models']} models)",
+                "few_shot",
+            ),
+            ("base table as it is", "base_as_is"),
+            ("base table x one scale (same models)", "base_scaled_once"),
+            ("full table on its own device", "full_table_own_device"),
+            ("the same models in two runs", "two_runs_agree"),
+        ):
+            r = d.get(key) or {}
+            rows.append(
+                {
+                    "direction": direction,
+                    "predictor": label,
+                    "within +/-10%": r.get("within_10pct"),
+                    "MAPE": r.get("mape"),
+                    "tau": r.get("kendall_tau"),
+                }
+            )
+    lines = [
+        "### Device tables on a device nobody tuned for (`benchmarks/bench_devices.py`)",
+        "",
+        f"{fs['model']}: {fs['space_ops']} ops. Each few-shot table is measured by the "
+        "runner in its own run and predicted through the other thread count's full "
+        f"table; every row is judged on the same {fs['validation_models']} validation "
+        "models, measured in the few-shot run. Methods chosen: "
+        + "; ".join(f"{k}: {d['method']['method']}" for k, d in fs["directions"].items())
+        + ". Measuring took (s): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in fs["measure_s"].items())
+        + ".",
+        "",
+        md_table(pd.DataFrame(rows), 3),
+        "",
+    ]
+    b = dev.get("bundle_size")
+    if b:
+        lines += [
+            f"Bundle size: {b['model']}, {b['ops']} ops, {b['calibration_models']} calibration "
+            f"and {b['validation_models']} validation models: {b['bundle_mib']:.2f} MiB "
+            f"(weights drawn from seeds on the device; one whole model with its weights is "
+            f"{b['one_whole_model_with_weights_bytes'] / 2**20:.1f} MiB). Written in "
+            f"{b['write_s']:.0f} s.",
+            "",
+        ]
+    if dev.get("gpu"):
+        lines += [f"GPU: {dev['gpu']}.", ""]
+    return lines
+
+
+#: REPORT.md's last part: figures of benchmarks run on their own (hours, or services),
+#: rendered from their logs by ``logged_sections`` (``--logged-only`` rewrites just it)
+LOGGED_MARKER = "## Benchmarks run on their own (rendered from their logs)"
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100 * float(v):.1f}%"
+
+
+def latency_trust_section(trust: dict[str, Any]) -> list[str]:
+    lines = [
+        "### Latency a user can trust (`benchmarks/bench_latency_trust.py`)",
+        "",
+        "Each space's own table, 50 seeded random plans and the corner plans, against the "
+        "timing protocol's measurement; the ceiling is the same models measured twice; "
+        "'vs plain loop' is the share of models where the protocol and a plain ONNX "
+        "Runtime loop agree within 5%. Since protocol 2 (2026-11-27) each plan's speed-up "
+        "over the uncompressed model is measured in the same rounds and compared with the "
+        "table's ('speed-ups'), and 'baseline' is the table's price of the uncompressed "
+        "model against that measurement; '-' for runs before.",
+        "",
+        "| space | random within 10% | random MAPE | corners within 10% | corners MAPE | "
+        "CV MAPE | ceiling (random) | vs plain loop (random) | speed-ups within 10% / "
+        "MAPE (random) | baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in trust.items():
+        r, c = row["random"], row["corners"]
+        ceiling = r.get("repeatability", {})
+        plain = r.get("protocol_vs_plain_loop", {})
+        speed = r.get("speedups", {})
+        base = row.get("baseline_price_error")
+        lines.append(
+            f"| {name} | {_pct(r['within_10pct'])} | {_pct(r['mape'])} | "
+            f"{_pct(c['within_10pct'])} | {_pct(c['mape'])} | {_pct(row.get('cv_mape'))} | "
+            f"{_pct(ceiling.get('within_10pct'))} / {_pct(ceiling.get('mape'))} | "
+            f"{_pct(plain.get('within_5pct'))} | "
+            f"{_pct(speed.get('within_10pct'))} / {_pct(speed.get('mape'))} | "
+            f"{'-' if base is None else f'{100 * base:+.1f}%'} |"
+        )
+    return [*lines, ""]
+
+
+def first_table_section(runs: dict[str, Any]) -> list[str]:
+    lines = [
+        "### A first table in minutes (`benchmarks/bench_first_table.py`)",
+        "",
+        "A user's own model searched from a fresh device store: the search measures its "
+        "`local-cpu` table, then runs trials; the clock stops at the first finished trial.",
+        "",
+        "| run | config, overrides | baseline cache | first trial after | machine, date |",
+        "|---|---|---|---|---|",
+    ]
+    notes = runs.get("notes", [])
+    for name, r in runs.items():
+        if name == "notes":
+            continue
+        took = r.get("first_trial_s")
+        lines.append(
+            f"| {name} | {r['config']} {' '.join(r.get('overrides', []))} | "
+            f"{r.get('cache', '')} | {'-' if took is None else f'{took:.0f} s'} | "
+            f"{r.get('machine', '')}, {r.get('date', '')} |"
+        )
+    return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
+
+
+def cluster_section(cluster: dict[str, Any]) -> list[str]:
+    lines = [
+        "### How far one driver goes (`benchmarks/bench_driver.py`)",
+        "",
+        f"{cluster.get('date', '')}, {cluster.get('machine', '')}; instant trials, so only "
+        "the driver's own work is timed.",
+        "",
+        "| set-up | trials | trials/s | workers kept busy at "
+        + " / ".join(f"{t} s" for t in cluster.get("trial_seconds", []))
+        + " a trial |",
+        "|---|---|---|---|",
+    ]
+    for row in cluster.get("rows", []):
+        busy = " / ".join(str(v) for v in row["workers_kept_busy"].values())
+        lines.append(f"| {row['setup']} | {row['trials']} | {row['trials_per_s']} | {busy} |")
+    lanes = cluster.get("mlflow_lanes_trials_per_s")
+    if lanes:
+        lines += [
+            "",
+            "MLflow write lanes against one tracking server (trials/s, alternating runs): "
+            + "; ".join(f"{k} lane(s): {', '.join(map(str, v))}" for k, v in lanes.items()),
+        ]
+    if cluster.get("not_measured"):
+        lines += ["", f"Not measured: {'; '.join(cluster['not_measured'])}"]
+    return [*lines, ""]
+
+
+def remote_devices_section(remote: dict[str, Any]) -> list[str]:
+    """Held-out devices on a lent GPU machine (``bench_remote_device.py``)."""
+    machine = [line for line in remote.get("machine", []) if line.startswith(("GPU", "Model name"))]
+    lines = [
+        "### Devices nobody tuned for, on a lent GPU machine (`benchmarks/bench_remote_device.py`)",
+        "",
+        "The machine: "
+        + "; ".join(" ".join(re.sub(r"\(UUID[^)]*\)", "", m).split()) for m in machine)
+        + ". Its CPU measured by the "
+        "device runner (ONNX Runtime, 1 thread); its GPU by `runner_torch.py` (eager "
+        "PyTorch, CUDA events; FP32 spaces: eager PyTorch has no INT8 kernels). Each "
+        "predictor is judged on the device's own 50 validation plans.",
+        "",
+        "| space | device and predictor | within 10% | MAPE | tau | median ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for space, rows in remote.get("spaces", {}).items():
+        for label, r in rows.items():
+            if "protocol vs plain loop" in label:
+                continue
+            cells = [(label, r.get("validation") or r.get("few_shot"))]
+            if "few_shot" in r:
+                cells += [
+                    ("  local-cpu's table as it is", r["local_cpu_table_as_is"]),
+                    (
+                        f"  local-cpu's table x {r['local_cpu_scaled_once']['scale']}",
+                        r["local_cpu_scaled_once"],
+                    ),
+                    ("  the same plans in two runs (ceiling)", r["two_runs_agree"]),
+                ]
+            for name, e in cells:
+                median = r.get("median_validation_ms") if name == label else None
+                lines.append(
+                    f"| {space} | {name} | {_pct(e.get('within_10pct'))} | "
+                    f"{_pct(e.get('mape'))} | {e.get('kendall_tau', '-')} | "
+                    f"{'-' if median is None else f'{median:.4f}'} |"
+                )
+    plain = [
+        f"{space} {label.replace(' protocol vs plain loop', '')}: median ratio "
+        f"{r['median_ratio']}, {_pct(r['within_5pct'])} within 5% ({r['models']} models)"
+        for space, rows in remote.get("spaces", {}).items()
+        for label, r in rows.items()
+        if "protocol vs plain loop" in label
+    ]
+    if plain:
+        lines += ["", "The protocol against a plain loop on the same models: " + "; ".join(plain)]
+    between = remote.get("between_runs", {})
+    if between:
+        lines += [
+            "",
+            "The same validation plans in two leases of the machine (run 1: the CPU runners "
+            "and the GPU runner side by side; run 2: one at a time): "
+            + "; ".join(
+                f"{name.removesuffix('.csv')}: {_pct(r['within_10pct'])} within 10%, "
+                f"MAPE {_pct(r['mape'])}, median ratio {r['median_ratio']}"
+                for name, r in between.items()
+            ),
+        ]
+    corner_rows = [
+        {"space": space, "device": label.split(" ")[0], **r["corners_ms"]}
+        for space, rows in remote.get("spaces", {}).items()
+        for label, r in rows.items()
+        if r.get("corners_ms")
+    ]
+    if corner_rows:
+        lines += [
+            "",
+            "What the uniform plans measured (ms; every layer at one prune ratio and one "
+            "precision):",
+            "",
+            md_table(pd.DataFrame(corner_rows), 4),
+        ]
+    return [*lines, ""]
+
+
+def remote_models_section(figures: dict[str, Any]) -> list[str]:
+    """Whole scenario models on a lent GPU machine's CPU and GPU, and here
+    (``bench_remote_device.py models-report``): each a speed-up against its baseline
+    measured in the same series, then the spread over series."""
+    machine = [
+        " ".join(re.sub(r"\(UUID[^)]*\)", "", line).split())
+        for line in figures.get("machine", [])
+        if line.startswith(("GPU", "Model name"))
+    ]
+    labels = figures.get("labels", {})
+    lines = [
+        "### Scenario models on a lent GPU machine (`bench_remote_device.py models-report`)",
+        "",
+        f"The machine: {'; '.join(machine)}. Each series is one timing of every model of a "
+        "bundle, one process at a time: the protocol (device runner) or a plain loop on one "
+        "core at 1 thread, and eager PyTorch at batch 1 on the GPU (no INT8 kernels there). "
+        "Speed-ups are against the bundle's baseline within the same series; the range is "
+        "over series (leases and methods); ms and speed-ups are medians, with the range.",
+        "",
+        "| model | local-cpu ms | speed-up here | gpu-host-cpu ms | speed-up there | series "
+        "here / there | gpu-cuda ms | speed-up on the GPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cells(device: str, bundle: str, key: str) -> tuple[list[float], list[float]]:
+        ms, gains = [], []
+        for s in figures["series"]:
+            if s["device"] == device and s["bundle"] == bundle and key in s["ms"]:
+                ms.append(s["ms"][key])
+                base = s["ms"].get(figures["reference"][bundle])
+                if base:
+                    gains.append(base / s["ms"][key])
+        return ms, gains
+
+    def med(values: list[float], form: str, spread: bool = False) -> str:
+        if not values:
+            return "-"
+        text = form.format(statistics.median(values))
+        return text + (
+            f" ({form.format(min(values))}-{form.format(max(values))})" if spread else ""
+        )
+
+    for bundle, ref in figures.get("reference", {}).items():
+        keys = sorted({k for s in figures["series"] if s["bundle"] == bundle for k in s["ms"]},
+                      key=lambda k: (k != ref, labels.get(k, k)))  # fmt: skip
+        for key in keys:
+            here, here_gain = cells("local-cpu", bundle, key)
+            there, there_gain = cells("gpu-host-cpu", bundle, key)
+            gpu, gpu_gain = cells("gpu-cuda", bundle, key)
+            lines.append(
+                f"| {labels.get(key, key)} | {med(here, '{:.4f}', True)} | "
+                f"{med(here_gain, '{:.2f}x', True)} | {med(there, '{:.4f}', True)} | "
+                f"{med(there_gain, '{:.2f}x', True)} | {len(here)} / {len(there)} | "
+                f"{med(gpu, '{:.3f}')} | {med(gpu_gain, '{:.2f}x')} |"
+            )
+    return [*lines, ""]
+
+
+def learn_section(learn: dict[str, Any]) -> list[str]:
+    """A table that learnt one search's measured front, predicting another's
+    (``bench_learn.py``)."""
+    lines = [
+        "### What learning a measured front changes (`benchmarks/bench_learn.py`)",
+        "",
+        f"{learn['config']}, {learn['trials']} trials a search, seeds {learn['seeds']}; the "
+        f"table holds {learn['calibration_models_before']} calibration models before "
+        "learning. Each row: the table after learning search A's measured front, "
+        "predicting search B's front members, against their measurements.",
+        "",
+        "| learnt from | predicting | members | within 10% before / after | "
+        "MAPE before / after | CV MAPE before / after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in learn["rows"]:
+        b, a = r["before"], r["after"]
+        lines.append(
+            f"| seed {r['learnt_from']} | seed {r['predicting']} | {r['members']} | "
+            f"{_pct(b['within_10pct'])} / {_pct(a['within_10pct'])} | {_pct(b['mape'])} / "
+            f"{_pct(a['mape'])} | {_pct(r['cv_mape_before'])} / {_pct(r['cv_mape_after'])} |"
+        )
+    return [*lines, ""]
+
+
+def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Each scenario's last ``bench_scenarios.py`` run (``scenarios.json``): accuracy on
+    validation (what chose) and test (reported only), where the search's time went, and
+    whether promotion measured the end of the front the question asks for."""
+    table, notes = [], []
+    for r in rows:
+        b, p, t = r.get("baseline") or {}, r.get("picked") or {}, r.get("time_s") or {}
+        search_s = r.get("search_s")
+        sens = t.get("sensitivity_s")
+        table.append(
+            {
+                "scenario": r["scenario"],
+                "baseline val / test": _pair(b.get("accuracy_val"), b.get("accuracy_test")),
+                "pick val / test": _pair(p.get("accuracy_val"), p.get("accuracy_test")),
+                "search s": _num(search_s, "{:.0f}"),
+                "sensitivity s (share)": "-"
+                if sens is None or not search_s
+                else "cached (< 1 s)"
+                if sens < 1
+                else f"{sens:.0f} ({100 * sens / search_s:.0f}%)",
+                "proposal median s": _num(t.get("sampler_propose_median_s"), "{:.2f}"),
+                "proposals s in all": _num(t.get("sampler_propose_s"), "{:.0f}"),
+            }
+        )
+        cover = r.get("promotion_coverage") or {}
+        if cover.get("by"):
+            notes.append(
+                f"- {r['scenario']} (pick by {cover['by']}): {cover['cheaper_than_pick']} trials "
+                f"cheaper than the pick; {cover['cheaper_went_up']} of them measured at a higher "
+                f"rung; {cover.get('cheaper_left_below_within_2_points', '-')} left at the first "
+                "rung within 2 points of the accuracy bound"
+            )
+    return [
+        "### The scenarios, last run on their own (`benchmarks/bench_scenarios.py`)",
+        "",
+        "Accuracy on validation (what every rung, the front and the pick used) and on the "
+        "test split (measured once on the exported pick, never used to choose); '-' where "
+        "a row predates the split. Time: the search's own accounting; 'cached': the "
+        "sensitivity rows were read back from an earlier run of the same teacher and "
+        "space (docs/findings.md names the run that computed them).",
+        "",
+        md_table(pd.DataFrame(table), 3),
+        "",
+        *notes,
+        "",
+    ]
+
+
+def _pair(a: Any, b: Any) -> str:
+    return " / ".join(_num(v, "{:.4f}") for v in (a, b))
+
+
+def _num(value: Any, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+def logged_sections(logs: Path) -> list[str]:
+    """The part of the report rendered from the logs of benchmarks run on their own."""
+    lines = [LOGGED_MARKER, ""]
+    for filename, section in (
+        ("latency-trust.json", latency_trust_section),
+        ("first-table.json", first_table_section),
+        ("cluster.json", cluster_section),
+        ("remote-devices.json", remote_devices_section),
+        ("remote-models.json", remote_models_section),
+        ("learn.json", learn_section),
+        ("scenarios.json", scenario_runs_section),
+        ("search.json", search_methods_section),
+    ):
+        path = logs / filename
+        if path.exists():
+            lines += section(json.loads(path.read_text()))
+    return lines
