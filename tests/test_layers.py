@@ -42,7 +42,7 @@ TIERS: dict[str, list[str]] = {
         "__init__",
         "cli._common",
         "cli.results",
-        "cli.inspect cli.lut",
+        "cli.explore cli.lut",
         "cli.search",
         "cli.__init__",
         "cli.__main__",

@@ -1,6 +1,6 @@
 """The ``frontier`` command line, one module per command group: ``search`` (run a
 search), ``results`` (``pareto``, ``pick``), ``lut`` (device latency tables) and
-``inspect`` (``space``, ``sensitivity``, ``plan``, ``experiments``). Each module's
+``explore`` (``space``, ``sensitivity``, ``plan``, ``experiments``). Each module's
 ``add_commands`` adds its commands, each command's arguments beside its handler."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .._log import show_messages
 from .._results import QueryError
 from .._storage import SearchError
 from .._tracking import TrackingError, no_telemetry
-from . import inspect, lut, results, search
+from . import explore, lut, results, search
 from ._common import UsageError
 
 #: what a command reports as one line and exit status 2 (bad input, not a crash)
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"frontier {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (inspect, lut, search, results):
+    for group in (explore, lut, search, results):
         group.add_commands(sub)
     return parser
 
