@@ -146,3 +146,62 @@ def test_a_gpu_table_states_the_power_its_counter_measured(tmp_path) -> None:
     assert device_power_w(gpu, out)[0] is None  # no counter: unknown, not made up
     power, source = device_power_w(cpu, out)
     assert power > 0 and "CodeCarbon" in source
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchCpuDevice(LocalDevice):
+    """The GPU pipeline end to end on this CPU: PyTorch's graph backend (eager here, no
+    CUDA graph), batch 8, 16-bit layers in FP16, energy from a fake 40 W counter."""
+
+    def backend(self):
+        from frontier.latency_models import runner_torch
+
+        state = {"mj": 0.0, "t": None}
+
+        def counter() -> float:
+            import time
+
+            now = time.perf_counter()
+            state["mj"] += 40_000.0 * (now - (state["t"] or now))  # 40 W: 40 J a second
+            state["t"] = now
+            return state["mj"]
+
+        return runner_torch.GraphBackend("cpu", energy=counter, energy_window_s=0.02)
+
+
+def test_a_gpu_like_device_measures_and_prices_at_its_batch_and_precision(
+    monkeypatch, tmp_path
+) -> None:
+    from frontier.experiments import DigitsTask
+    from frontier.spaces import SpaceOptions, discover
+
+    monkeypatch.setattr(_devices, "_RESOLVERS", list(_devices._RESOLVERS))
+    device = TorchCpuDevice("torch-cpu-b8", batch_size=8, precisions=("fp32", "fp16"))
+    register_local(lambda name: device if name == device.name else None)
+    task = DigitsTask(model="mlp")
+    model, x = task.new_model().eval(), task.example_inputs()
+    space = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(16, 32),
+                                            act_bits=(32,)))  # fmt: skip
+    table = ensure_local_table(
+        model, x, space, store=DeviceStore(tmp_path), name=device.name, calibration=8,
+        calibration_data=task.calibration_batches(), rounds=1, round_s=0.002,
+    )  # fmt: skip
+    assert table.meta["op_batch_size"] == 8 and table.meta["half"] is True
+    whole = [r for r in table.rows if r.kind in ("calibration", "baseline")]
+    assert whole and all(r.eager_ms > 0 and r.host_ms > 0 for r in whole)
+    assert all(r.energy_mj is not None and r.energy_mj > 0 for r in whole)
+    assert table.active_power_w == pytest.approx(40.0, rel=0.2)  # read from the counter
+    assert "measured" in table.meta["power_source"]
+    # every op of a plan the device prices is a row it measured (batch 8, FP16 where 16)
+    from frontier.latency_models import LatencyModel
+
+    lm = LatencyModel(table)
+    lm.bind(model, x, space)
+    names = [q.name for q in space.layers]
+    plan = CompressionPlan(weight_bits=dict.fromkeys(names, 16))
+    estimate = lm.predict(model, plan)
+    assert estimate.coverage["fallback"] == 0 and estimate.latency_ms > 0
+    assert all(c.key.split("|")[1].startswith("in=8x") for c in estimate.ops if "in=" in c.key)
+    assert any(c.key.endswith("|fp16") for c in estimate.ops)
+    # energy: the counter's power times the latency
+    assert estimate.energy_mj == pytest.approx(estimate.latency_ms * table.active_power_w)

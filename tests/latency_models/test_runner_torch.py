@@ -137,11 +137,11 @@ def test_the_graph_runner_records_the_launch_floor_host_time_and_energy(cnn_fp32
     table's power is read from those energies."""
     clock = {"mj": 0.0}
 
-    def counter() -> float:  # a device drawing 50 W while it runs: 50 mJ per second
+    def counter() -> float:  # a device drawing 50 W while it runs: 50 J a second
         import time
 
         now = time.perf_counter()
-        clock["mj"] += 50.0 * (now - clock.setdefault("t", now))
+        clock["mj"] += 50_000.0 * (now - clock.setdefault("t", now))
         clock["t"] = now
         return clock["mj"]
 
@@ -154,9 +154,9 @@ def test_the_graph_runner_records_the_launch_floor_host_time_and_energy(cnn_fp32
     ops = [r for r in rows if r["kind"] == "op"]
     assert whole and all(float(r["eager_ms"]) > 0 and float(r["host_ms"]) > 0 for r in whole)
     assert all(r["energy_mj"] for r in whole) and not any(r["energy_mj"] for r in ops)
-    # energy per run is the counter's 50 W times each run's host time
+    # energy per run is the counter's 50 W times each run's host time (W x ms = mJ)
     for r in whole:
-        assert float(r["energy_mj"]) == pytest.approx(50.0 * float(r["host_ms"]) / 1000, rel=0.05)
+        assert float(r["energy_mj"]) == pytest.approx(50.0 * float(r["host_ms"]), rel=0.05)
     meta = json.loads(Path(str(out) + ".meta.json").read_text())
     assert meta["protocol"]["warmup_s"] == runner_torch.GRAPH_WARMUP_S
     assert meta["execution"].startswith("eager")
