@@ -524,11 +524,9 @@ class GraphBackend(TorchBackend):
     diagnostic), ``host_ms`` (a replay's wall-clock time with the GPU waited for) and
     ``energy_mj`` per replay from the GPU's energy counter over ``ENERGY_WINDOW_S``.
 
-    On a CPU (``device="cpu"``, tests) there is no graph to capture: the eager run
-    stands in for the replay, timed by the wall clock, and no energy is read unless a
-    counter is given."""
-
-    warmup_s = GRAPH_WARMUP_S
+    On a CPU (``device="cpu"``, tests) there is no graph to capture and no clock to
+    raise: the eager run stands in for the replay, timed by the wall clock, with the
+    protocol's warm-up by runs, and no energy is read unless a counter is given."""
 
     def __init__(
         self,
@@ -539,6 +537,7 @@ class GraphBackend(TorchBackend):
     ) -> None:
         super().__init__(device)
         self.cuda = device.startswith("cuda")
+        self.warmup_s = GRAPH_WARMUP_S if self.cuda else 0.0
         self.provider = f"torch-{device}-graph"
         self.timer_name = "cuda-graph-replay/cuda-events" if self.cuda else ""
         counter = open_energy(device) if energy is None else None

@@ -86,6 +86,23 @@ def test_the_protocol_reads_what_a_plain_loop_reads() -> None:
     assert 5 * 35 <= a["runs"] <= 5 * 45
 
 
+def test_a_warm_up_by_time_runs_until_its_seconds_are_spent() -> None:
+    """A GPU's warm-up (``warmup_s``) runs a model until that much clock time has
+    passed, however many runs that takes; without it, ``warmup_runs`` runs."""
+    for warmup_s, expected in ((0.0, 30), (0.01, 100)):
+        clock, calls = FakeClock(), {"n": 0}
+
+        def cost(now_s: float, calls: dict[str, int] = calls) -> float:
+            calls["n"] += 1
+            return 0.1  # ms: 100 runs make 10 ms
+
+        options = _fake(clock, rounds=1, round_s=1e-6, warmup_runs=30, warmup_s=warmup_s)
+        time_models([clock.model(cost)], **options)
+        # 8: the round's 3 untimed and 5 timed runs; one more where 100 x 0.1 ms of float
+        # sums to a hair under 10 ms
+        assert expected <= calls["n"] - 8 <= expected + 1
+
+
 def test_a_slow_round_is_outvoted() -> None:
     """A model's latency is the median of its round medians: a neighbour's load that
     slows one round of five (here by 5 ms a run) does not move it."""

@@ -158,7 +158,7 @@ def test_the_graph_runner_records_the_launch_floor_host_time_and_energy(cnn_fp32
     for r in whole:
         assert float(r["energy_mj"]) == pytest.approx(50.0 * float(r["host_ms"]), rel=0.05)
     meta = json.loads(Path(str(out) + ".meta.json").read_text())
-    assert meta["protocol"]["warmup_s"] == runner_torch.GRAPH_WARMUP_S
+    assert "warmup_s" not in meta["protocol"]  # a GPU's warm-up by time; a CPU's by runs
     assert meta["execution"].startswith("eager")
 
 
