@@ -43,6 +43,20 @@ class Job:
     rung: int | str
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A job the backend is running: a new plan (its Optuna ``trial``), or the
+    promotion of trial ``number`` to the job's rung."""
+
+    job: Job
+    trial: Any = None
+    number: int = -1
+
+    @property
+    def promotion(self) -> bool:
+        return self.trial is None
+
+
 class Backend(ABC):
     """Runs jobs; ``slots`` of them at once."""
 

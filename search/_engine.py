@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from . import _setup as setup
-from ._backends import Backend, Job, build_backend
+from ._backends import Backend, Job, Pending, build_backend
 from ._callbacks import Callback
 from ._config import Config, load_config
 from ._evaluation import ACCURACY, TrialResult
@@ -33,20 +32,6 @@ from ._storage import (
 from ._timing import Timing
 from ._tracking import no_telemetry
 from ._watch import Watch
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A job the backend is running: a new plan (its Optuna ``trial``), or the
-    promotion of trial ``number`` to the job's rung."""
-
-    job: Job
-    trial: Any = None
-    number: int = -1
-
-    @property
-    def promotion(self) -> bool:
-        return self.trial is None
 
 
 class Search:
