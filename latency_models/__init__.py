@@ -25,6 +25,15 @@ from ._devices import (
 )
 from ._front import read_front_result, write_front_bundle
 from ._learn import Learned, learn, learned_entry, plan_entry, priced_layers
+from ._local import (
+    cpu_power_w,
+    ensure_local_table,
+    measure_local,
+    measure_models,
+    measure_plans,
+    quiet_root_logger,
+    table_device,
+)
 from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
 from ._profile import (
@@ -37,17 +46,7 @@ from ._profile import (
 )
 from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
-from ._validate import (
-    ValidationReport,
-    cpu_power_w,
-    ensure_local_table,
-    measure_local,
-    measure_models,
-    measure_plans,
-    quiet_root_logger,
-    table_device,
-    validate,
-)
+from ._validate import ValidationReport, validate
 from .runner import (
     BUNDLE_VERSION,
     PROTOCOL_VERSION,

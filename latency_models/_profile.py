@@ -221,7 +221,7 @@ def profile_layers(
     import onnx
 
     from ._devices import LocalDevice
-    from ._validate import measure_models
+    from ._local import measure_models
     from .runner import open_session, profile_nodes, session_options
 
     data = Path(model).read_bytes()

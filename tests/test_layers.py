@@ -55,6 +55,7 @@ TIERS: dict[str, list[str]] = {
         "_bundle _calibration",
         "_choose _front",
         "_model",
+        "_local",
         "_validate",
         "_profile",
         "_learn",

@@ -127,7 +127,7 @@ def test_a_batched_device_prices_ops_at_its_batch(mlp_setup) -> None:
 
 
 def test_a_gpu_table_states_the_power_its_counter_measured(tmp_path) -> None:
-    from frontier.latency_models._validate import device_power_w
+    from frontier.latency_models._local import device_power_w
 
     out = tmp_path / "t.csv"
     out.write_text(
