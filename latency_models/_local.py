@@ -83,13 +83,18 @@ def cpu_power_w() -> tuple[float, str]:
 
 def device_power_w(device: LocalDevice, measured: Path) -> tuple[float | None, str]:
     """A local device's active power and where it comes from: on a GPU, the median over
-    the whole models of ``measured`` (a runner's CSV) of energy over time per run, read
-    from its counter; on a CPU (or a GPU without a counter), CodeCarbon's power."""
+    the whole models of ``measured`` (a runner's CSV) of energy over time per run, both
+    read over the same window of replays (``host_ms``; the row's median where it has
+    none), from its counter; on a CPU (or a GPU without a counter), CodeCarbon's power."""
+
+    def per_run_ms(row: dict[str, str]) -> float:
+        return float(row.get("host_ms") or row["median_ms"])
+
     with measured.open(newline="") as f:
         ratios = [
-            float(r["energy_mj"]) / float(r["median_ms"])
+            float(r["energy_mj"]) / per_run_ms(r)
             for r in csv.DictReader(f)
-            if r.get("energy_mj") and r.get("status") == "ok" and float(r["median_ms"]) > 0
+            if r.get("energy_mj") and r.get("status") == "ok" and per_run_ms(r) > 0
         ]
     if ratios:
         return float(np.median(ratios)), (

@@ -142,6 +142,14 @@ def test_a_gpu_table_states_the_power_its_counter_measured(tmp_path) -> None:
     assert gpu is not None and cpu is not None
     power, source = device_power_w(gpu, out)
     assert power == pytest.approx(250.0) and "NVML" in source and "3 whole models" in source
+    # a row's energy is taken over its replays' own time (host_ms) where it has one
+    out.write_text(
+        "kind,status,median_ms,energy_mj,host_ms\n"
+        "calibration,ok,2.0,400,1.0\n"  # 400 W over its own window (200 W by its median)
+        "calibration,ok,1.0,250,\n"
+        "validation,ok,4.0,1200,\n"
+    )
+    assert device_power_w(gpu, out)[0] == pytest.approx(300.0)
     out.write_text("kind,status,median_ms,energy_mj\ncalibration,ok,2.0,\n")
     assert device_power_w(gpu, out)[0] is None  # no counter: unknown, not made up
     power, source = device_power_w(cpu, out)
