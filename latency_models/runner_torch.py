@@ -25,6 +25,10 @@ this file::
     python runner_torch.py ops.zip --device h200 --out h200.csv
 
 (``--torch-device cpu`` runs it on the CPU with the wall clock: for tests.)
+
+Over 500 lines on purpose, as ``runner.py``: it is copied to a GPU machine with
+``runner.py`` alone, so its ONNX operators, its backends and its energy counter cannot
+live in other modules.
 """
 
 from __future__ import annotations
