@@ -311,69 +311,18 @@ def write_bundle(
             f"calibration must be 0 or at least {MIN_CALIBRATION_MODELS} whole models, got "
             f"{calibration}: with fewer the table is predicted by the plain sum of its ops"
         )
-    entries: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    seeds = iter(range(1, 1 << 30))
-
-    def put(zf: zipfile.ZipFile, file: str, data: bytes) -> dict[str, Any]:
-        """Store a model, its weights left to the runner's seed; its manifest fields."""
-        stripped, layout = strip_weights(data)
-        zf.writestr(file, stripped)
-        return {"weights": layout, "weights_seed": next(seeds)} if layout else {}
-
+    tag = [f"few-shot-{few_shot}"] if few_shot else []
+    digest = hashlib.sha256(
+        json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
+    ).hexdigest()[:16]
+    measured_ops = few_shot_ops(found.ops, few_shot) if few_shot else found.ops
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("models/overhead.onnx", identity_model().SerializeToString())
-        # The overhead is subtracted from every op, so it is measured several times,
-        # spread over the run by the runner's shuffled order, and its median is used.
-        for i in range(OVERHEAD_REPEATS):
-            key = "overhead" if i == 0 else f"overhead-{i}"
-            entries.append(
-                {
-                    "id": key,
-                    "kind": "overhead",
-                    "file": "models/overhead.onnx",
-                    "key": key,
-                    "op_type": "Identity",
-                    "precision": "fp32",
-                }
-            )
-        tag = [f"few-shot-{few_shot}"] if few_shot else []
-        digest = hashlib.sha256(
-            json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
-        ).hexdigest()[:16]
+        writer = _Writer(zf, found, digest, progress)
+        writer.overheads()
         # the uncompressed model: every chunk of the bundle is timed beside it, and each
         # row stated against it (``runner.relative_to``)
-        base = whole_model_bytes(model, CompressionPlan(), example_inputs, None)
-        entries.append(
-            {
-                "id": "baseline",
-                "kind": "baseline",
-                "file": "models/baseline.onnx",
-                "key": f"baseline-{digest}",
-                "plan": CompressionPlan().to_dict(),
-                "op_keys": [o.key for o in plan_ops(found.templates[TEACHER], CompressionPlan())],
-                **put(zf, "models/baseline.onnx", base),
-            }
-        )
-        measured_ops = found.ops
-        if few_shot:
-            measured_ops = few_shot_ops(found.ops, few_shot)
-        for i, spec in enumerate(measured_ops):
-            file = f"models/op-{i:05d}.onnx"
-            weights = put(zf, file, op_model_bytes(spec))
-            entries.append(
-                {
-                    "id": f"op-{i:05d}",
-                    "kind": "op",
-                    "file": file,
-                    "key": spec.key,
-                    "op_type": spec.kind,
-                    "precision": spec.precision,
-                    "spec": spec.to_dict(),
-                    **weights,
-                }
-            )
-            progress("ops", i + 1, len(measured_ops), start)
+        writer.baseline(whole_model_bytes(model, CompressionPlan(), example_inputs, None))
+        writer.ops(measured_ops)
         ranges_from = timing_calibration(calibration_data)
         built: dict[int, bytes] = {}  # by seed: models timed for the budget, kept
         if calibration_budget_s is not None and calibration > BUDGET_MIN_MODELS:
@@ -381,41 +330,22 @@ def write_bundle(
                 space, calibration, calibration_budget_s, built,
                 lambda plan: whole_model_bytes(model, plan, example_inputs, ranges_from, half=half),
             )  # fmt: skip
+        validation_plans = [
+            (VALIDATION_SEED0 + i, space.sample(VALIDATION_SEED0 + i)) for i in range(validation)
+        ]
         for kind, plans in (
             ("calibration", calibration_plans(space, calibration, CALIBRATION_SEED0)),
-            (
-                "validation",
-                [
-                    (VALIDATION_SEED0 + i, space.sample(VALIDATION_SEED0 + i))
-                    for i in range(validation)
-                ],
-            ),
+            ("validation", validation_plans),
         ):
-            start = time.perf_counter()
-            count = len(plans)
             todo = [p for s, p in plans if not (kind == "calibration" and s in built)]
             fresh = build_whole(model, todo, example_inputs, ranges_from, half=half)
-            for i, (seed, plan) in enumerate(plans):
-                data = built.pop(seed, None) if kind == "calibration" else None
-                if data is None:
-                    data = next(fresh)
-                file = f"models/{kind}-{i:04d}.onnx"
-                weights = put(zf, file, data)
-                arch = arch_key(plan)
-                entries.append(
-                    {
-                        "id": f"{kind}-{i:04d}",
-                        "kind": kind,
-                        "file": file,
-                        "key": f"{kind}-{digest}-{seed}",
-                        "seed": seed,
-                        "plan": plan.to_dict(),
-                        "op_keys": [o.key for o in plan_ops(found.templates[arch], plan)],
-                        "op_nodes": plan_op_nodes(found.templates[arch], plan),
-                        **weights,
-                    }
-                )
-                progress(kind, i + 1, count, start)
+            kept = built if kind == "calibration" else {}
+
+            def model_of(seed: int, kept: dict[int, bytes] = kept, fresh: Any = fresh) -> bytes:
+                data = kept.pop(seed, None)  # built while timing the budget
+                return data if data is not None else next(fresh)
+
+            writer.whole(kind, plans, model_of)
             fresh.close()  # its workers end here
         manifest = {
             "format": BUNDLE_FORMAT,
@@ -427,10 +357,110 @@ def write_bundle(
             "op_count": len(measured_ops),
             "space_op_count": len(found.ops),
             **({"few_shot": few_shot} if few_shot else {}),
-            "models": entries,
+            "models": writer.entries,
         }
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+class _Writer:
+    """Writes a bundle's models into ``zf`` and keeps their manifest entries, in order:
+    the overhead model, the baseline, the ops, then whole models by kind. Each model's
+    large weights are left to a seed the runner draws them from (``strip_weights``)."""
+
+    def __init__(
+        self,
+        zf: zipfile.ZipFile,
+        found: SpaceOps,
+        digest: str,
+        progress: Callable[[str, int, int, float], None],
+    ) -> None:
+        self.zf, self.found, self.digest, self.progress = zf, found, digest, progress
+        self.entries: list[dict[str, Any]] = []
+        self._seeds = iter(range(1, 1 << 30))
+
+    def put(self, file: str, data: bytes) -> dict[str, Any]:
+        """Store a model, its weights left to the runner's seed; its manifest fields."""
+        stripped, layout = strip_weights(data)
+        self.zf.writestr(file, stripped)
+        return {"weights": layout, "weights_seed": next(self._seeds)} if layout else {}
+
+    def overheads(self) -> None:
+        """The per-run overhead model: subtracted from every op, so it is measured several
+        times, spread over the run by the runner's shuffled order (its median is used)."""
+        self.zf.writestr("models/overhead.onnx", identity_model().SerializeToString())
+        for i in range(OVERHEAD_REPEATS):
+            key = "overhead" if i == 0 else f"overhead-{i}"
+            self.entries.append(
+                {
+                    "id": key,
+                    "kind": "overhead",
+                    "file": "models/overhead.onnx",
+                    "key": key,
+                    "op_type": "Identity",
+                    "precision": "fp32",
+                }
+            )
+
+    def baseline(self, data: bytes) -> None:
+        plan = CompressionPlan()
+        self.entries.append(
+            {
+                "id": "baseline",
+                "kind": "baseline",
+                "file": "models/baseline.onnx",
+                "key": f"baseline-{self.digest}",
+                "plan": plan.to_dict(),
+                "op_keys": [o.key for o in plan_ops(self.found.templates[TEACHER], plan)],
+                **self.put("models/baseline.onnx", data),
+            }
+        )
+
+    def ops(self, specs: list[OpSpec]) -> None:
+        start = time.perf_counter()
+        for i, spec in enumerate(specs):
+            file = f"models/op-{i:05d}.onnx"
+            weights = self.put(file, op_model_bytes(spec))
+            self.entries.append(
+                {
+                    "id": f"op-{i:05d}",
+                    "kind": "op",
+                    "file": file,
+                    "key": spec.key,
+                    "op_type": spec.kind,
+                    "precision": spec.precision,
+                    "spec": spec.to_dict(),
+                    **weights,
+                }
+            )
+            self.progress("ops", i + 1, len(specs), start)
+
+    def whole(
+        self,
+        kind: str,
+        plans: list[tuple[int, CompressionPlan]],
+        model_of: Callable[[int], bytes],
+    ) -> None:
+        """Whole models of ``kind``, one per (seed, plan); ``model_of(seed)`` builds one."""
+        start = time.perf_counter()
+        for i, (seed, plan) in enumerate(plans):
+            file = f"models/{kind}-{i:04d}.onnx"
+            weights = self.put(file, model_of(seed))
+            templates = self.found.templates[arch_key(plan)]
+            self.entries.append(
+                {
+                    "id": f"{kind}-{i:04d}",
+                    "kind": kind,
+                    "file": file,
+                    "key": f"{kind}-{self.digest}-{seed}",
+                    "seed": seed,
+                    "plan": plan.to_dict(),
+                    "op_keys": [o.key for o in plan_ops(templates, plan)],
+                    "op_nodes": plan_op_nodes(templates, plan),
+                    **weights,
+                }
+            )
+            self.progress(kind, i + 1, len(plans), start)
 
 
 #: a bundle's whole models calibrate their INT8 activation ranges on this many samples:
