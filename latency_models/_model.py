@@ -19,8 +19,7 @@ from frontier.spaces import CompressionPlan, SearchSpace
 
 from ._arch import arch_key, space_templates
 from ._calibration import Sample, SumCalibration, nnls
-from ._choose import FittedCalibration, Predictor, choose
-from ._context import ContextModel
+from ._choose import Choice, FittedCalibration, Predictor, choose
 from ._correction import Correction
 from ._estimate import LatencyEstimate, OpCost
 from ._ops import OpSpec, plan_ops
@@ -122,6 +121,10 @@ def error_summary(predicted: list[float], measured: list[float]) -> dict[str, An
     }
 
 
+#: the whole-model prediction of a table with no calibration: the sum of its ops
+PLAIN_SUM: Predictor = FittedCalibration(SumCalibration(), "sum")
+
+
 @dataclass
 class LatencyModel:
     """Latency of compressed models on one device, from its measured table.
@@ -152,18 +155,8 @@ class LatencyModel:
     correct: bool = True
     gap_glue: bool = True
     fallbacks: dict[str, FallbackFit] = field(default_factory=dict)
-    coef: dict[str, float] | None = None
-    context: ContextModel | None = None
-    #: the calibration in use ("sum", "groups", "context", or a blend of two such as
-    #: "groups+context"), each candidate's CV MAPE, and the blend's weights
-    method: str | None = None
-    method_cv: dict[str, float] = field(default_factory=dict)
-    weights: dict[str, float] = field(default_factory=dict)
-    #: the per-op correction of the calibration, where cross-validation keeps one
-    correction: Correction | None = None
-    #: what turns op prices into whole-model latency (``_choose``): the plain sum until
-    #: ``choose_calibration`` runs
-    calibrated: Predictor = field(default=FittedCalibration(SumCalibration(), "sum"), repr=False)
+    #: the calibration ``choose_calibration`` picked (``_choose.Choice``); None before
+    choice: Choice | None = field(default=None, repr=False)
     _offload_model: LatencyModel | None = field(default=None, repr=False)
     _transfer: Transfer | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
@@ -355,10 +348,34 @@ class LatencyModel:
             min_models=MIN_CALIBRATION_MODELS,
             correct=self.correct,
         )
-        self.method, self.method_cv, self.weights = choice.name, choice.cv_mape, choice.weights
-        self.calibrated, self.correction = choice.predictor, choice.correction
-        self.coef = choice.fitted.get("groups")
-        self.context = choice.fitted.get("context")
+        self.choice = choice
+
+    @property
+    def method(self) -> str | None:
+        """The calibration in use ("sum", "groups", "context", or a blend of two such as
+        "groups+context"); None before ``choose_calibration``."""
+        return self.choice.name if self.choice is not None else None
+
+    @property
+    def method_cv(self) -> dict[str, float]:
+        """Each candidate calibration's cross-validated MAPE."""
+        return self.choice.cv_mape if self.choice is not None else {}
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The blend's weights of the calibration in use."""
+        return self.choice.weights if self.choice is not None else {}
+
+    @property
+    def correction(self) -> Correction | None:
+        """The per-op correction of the calibration, where cross-validation keeps one."""
+        return self.choice.correction if self.choice is not None else None
+
+    @property
+    def calibrated(self) -> Predictor:
+        """What turns op prices into whole-model latency: the plain sum until
+        ``choose_calibration`` runs."""
+        return self.choice.predictor if self.choice is not None else PLAIN_SUM
 
     def quality(self) -> dict[str, Any]:
         """How this table predicts, for ``lut show``, ``lut import`` and MLflow: the
