@@ -160,7 +160,10 @@ class LatencyModel:
     _offload_model: LatencyModel | None = field(default=None, repr=False)
     _transfer: Transfer | None = field(default=None, repr=False)
     _bound: dict[int, Any] = field(default_factory=dict, repr=False)
-    _specs: dict[str, OpSpec] = field(default_factory=dict, repr=False)
+    #: op specs by table key, as read from the tables' bundle manifests; a key names one
+    #: op whatever table holds it, so the models one prices through (its offload
+    #: device's, a few-shot table's base) are given the same cache
+    spec_cache: dict[str, OpSpec] = field(default_factory=dict, repr=False)
     #: ``op_cost`` by (key, native) (a key names the sparsity too): a search prices the
     #: same few ops over and over, and a model's table does not change under it
     _costs: dict[tuple[str, bool], OpCost] = field(default_factory=dict, repr=False)
@@ -221,14 +224,14 @@ class LatencyModel:
 
     def spec_of(self, key: str) -> OpSpec | None:
         """The op spec behind a table key (from the bundle manifest stored with the table)."""
-        spec = self._specs.get(key)
+        spec = self.spec_cache.get(key)
         if spec is None:
             entry = self.table.models.get(key)
             if (entry is None or "spec" not in entry) and self.table.base is not None:
                 entry = self.table.base.models.get(key)
             if entry is not None and "spec" in entry:
                 spec = OpSpec.from_dict(entry["spec"])
-                self._specs[key] = spec
+                self.spec_cache[key] = spec
         return spec
 
     def _fit_kind(self, spec: OpSpec) -> FallbackFit:
@@ -283,8 +286,9 @@ class LatencyModel:
                 base = max(row.median_ms - self.offload.overhead_ms, 0.0)
             else:
                 if self._offload_model is None:
-                    self._offload_model = LatencyModel(self.offload, calibrate=False)
-                    self._offload_model._specs = self._specs
+                    self._offload_model = LatencyModel(
+                        self.offload, calibrate=False, spec_cache=self.spec_cache
+                    )
                 base = self._offload_model._fallback(spec)
             gbps = float(self.table.meta.get("transfer_gbps", DEFAULT_TRANSFER_GBPS))
             fp32_bytes = 4 * (
@@ -442,8 +446,12 @@ class LatencyModel:
         if self.table.base is None:
             raise ValueError(f"table {self.table.name!r} is not a few-shot table")
         if self._transfer is None:
-            base = LatencyModel(self.table.base, calibrate=self.calibrate, correct=self.correct)
-            base._specs = self._specs
+            base = LatencyModel(
+                self.table.base,
+                calibrate=self.calibrate,
+                correct=self.correct,
+                spec_cache=self.spec_cache,
+            )
             ops = [
                 (spec, self._op_ms(row))
                 for row in self.table.ops()
