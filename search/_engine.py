@@ -144,7 +144,10 @@ class Search:
                 self.study_name, self.study_store.url, self.done, cfg.search.trials,
                 backend.name, backend.slots, cfg.tracking.uri,
             )  # fmt: skip
-            setup.ready_sampler(self, backend)
+            found = setup.sensitivity_for(cfg, self.evaluation, self.study.sampler, backend)
+            if found is not None:
+                self.sensitivity, self.sensitivity_fidelity, self.summary["sensitivity_s"] = found
+            setup.bind_sampler(self.study.sampler, self)
             self._notify("on_start")
             self.study_store.flush()
             status, started = "FAILED", time.perf_counter()

@@ -258,19 +258,24 @@ def warm_up(evaluation: Evaluation) -> None:
         evaluation.context.soft_teacher  # noqa: B018
 
 
-def ready_sampler(search: Any, backend: Any = None) -> None:
-    """Measure per-layer sensitivity where the config or a ``SearchAware`` sampler wants
-    it (``search.sensitivity``, ``search.summary["sensitivity_s"]``; on ``backend``'s
-    workers), then bind that sampler to ``search``."""
-    config, sampler = search.config, search.study.sampler
-    aware = isinstance(sampler, SearchAware)
-    if config.search.sensitivity or (aware and sampler.wants_sensitivity):
-        start = time.perf_counter()
-        search.sensitivity, search.sensitivity_fidelity = for_search(
-            search.evaluation, config.name, config.search.trials, backend
-        )
-        search.summary["sensitivity_s"] = time.perf_counter() - start
-    if aware:
+def sensitivity_for(
+    config: Config, evaluation: Any, sampler: Any, backend: Any = None
+) -> tuple[list[dict[str, Any]], str, float] | None:
+    """Per-layer sensitivity where the config or a ``SearchAware`` sampler wants it
+    (measured on ``backend``'s workers): its rows, their fidelity and the seconds it
+    took; None where nothing wants it."""
+    wants = isinstance(sampler, SearchAware) and sampler.wants_sensitivity
+    if not (config.search.sensitivity or wants):
+        return None
+    start = time.perf_counter()
+    rows, fidelity = for_search(evaluation, config.name, config.search.trials, backend)
+    return rows, fidelity, time.perf_counter() - start
+
+
+def bind_sampler(sampler: Any, search: Any) -> None:
+    """Give a ``SearchAware`` sampler the search it proposes for (its records, front,
+    sensitivity); any other sampler needs nothing."""
+    if isinstance(sampler, SearchAware):
         sampler.bind(search)
 
 
