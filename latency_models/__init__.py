@@ -23,8 +23,8 @@ from ._devices import (
     local_device,
     register_local,
 )
-from ._front import read_front_result, write_front_bundle
-from ._learn import Learned, learn, learned_entry, plan_entry, priced_layers
+from ._front_bundle import read_front_result, write_front_bundle
+from ._join import Learned, learn, learned_entry, plan_entry, priced_layers
 from ._local import (
     cpu_power_w,
     ensure_local_table,
