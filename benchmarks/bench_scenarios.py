@@ -240,16 +240,26 @@ def measure_side_by_side(paths: list[Path], store: Any, device: str) -> list[flo
     return list(measure_models(paths, device=local_device(device) or LocalDevice(device)))
 
 
+@contextlib.contextmanager
+def in_folder(work: Path) -> Any:
+    """Run a scenario's search in ``work``: its study, MLflow store and models land
+    there, and what reads them back (``mlflow.db`` by a relative URI) finds them."""
+    cwd = Path.cwd()
+    os.chdir(work)
+    try:
+        yield work
+    finally:
+        os.chdir(cwd)
+
+
 def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:
     from frontier.search import Evaluation, front_frame, load_config, run
     from frontier.search.cli import main as cli
     from frontier.spaces import CompressionPlan, export_onnx
 
     config = load_config(name).override(overrides)
-    cwd = Path.cwd()
-    os.chdir(work)
     start = time.perf_counter()
-    try:
+    with in_folder(work):
         result = run(config, progress=False)
         search_s = time.perf_counter() - start
         evaluation = Evaluation(config)
@@ -347,8 +357,6 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
             what: bool(check(baseline, picked)) for what, check in TARGETS.get(name, [])
         }
         return out
-    finally:
-        os.chdir(cwd)
         print(f"[bench_scenarios] {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
 

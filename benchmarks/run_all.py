@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from bench_scenarios import in_folder
 from report_sections import (
     LOGGED_MARKER,
     devices_section,
@@ -105,13 +106,9 @@ def run_scenario(name: str, quick: bool, work: Path, trials: int | None) -> dict
         overrides["search.trials"] = trials
     print(f"[run_all] scenario {name} {overrides}", file=sys.stderr, flush=True)
     config = load_config(name).override(overrides)
-    cwd = Path.cwd()
-    os.chdir(work)
     start = time.perf_counter()
-    try:
+    with in_folder(work):  # as bench_scenarios runs a scenario
         result = run(config, progress=False)
-    finally:
-        os.chdir(cwd)
     plans = {t.number: t.user_attrs.get("plan", {}) for t in result.study.trials}
     frame = result.trials.copy()
     frame["plan"] = [plans.get(n, {}) for n in frame.trial]
