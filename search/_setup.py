@@ -88,6 +88,18 @@ def plan_latency(
     return out
 
 
+def check_local_devices(config: Config) -> None:
+    """Refuse a device of this machine it cannot measure (``local-cuda`` without a GPU)
+    before the task is built: a baseline may train for minutes first."""
+    from frontier.latency_models import local_device
+
+    derived = config.derived_devices()
+    for name in config.device_names():
+        device = None if name in derived else local_device(name)
+        if device is not None:
+            device.require()
+
+
 def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
     """Check the folders and the Ray address, then build the evaluation; the teacher is
     checked before device tables are measured (a new study only)."""
@@ -99,6 +111,7 @@ def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
     address = ray_address(config.backend.address) if config.backend.kind == "ray" else None
     if address:  # before any long work; the backend checks again when it joins
         check_ray_address(address)
+    check_local_devices(config)
     logger.info("building the %s task and space ...", config.name)
     evaluation = Evaluation(config, store=store, check_teacher=not resume)
     for w in evaluation.warnings:

@@ -213,3 +213,19 @@ def test_a_gpu_like_device_measures_and_prices_at_its_batch_and_precision(
     assert any(c.key.endswith("|fp16") for c in estimate.ops)
     # energy: the counter's power times the latency
     assert estimate.energy_mj == pytest.approx(estimate.latency_ms * table.active_power_w)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_search_on_a_missing_gpu_stops_before_building_its_task(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the study and MLflow files a search would write
+    config = tmp_path / "gpu.yaml"
+    objectives = ["accuracy", "latency_ms@local-cpu", "latency_ms@local-cuda"]
+    store = str(tmp_path / "store")
+    config.write_text(yaml.safe_dump({**CONFIG, "objectives": objectives, "device_store": store}))
+    code = main(["search", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and "local-cuda is timed on this machine's CUDA GPU" in err
+    assert "building" not in err  # refused before the task (and its baseline) is built
+    assert not (tmp_path / "store").exists()
