@@ -277,9 +277,5 @@ class IdxTask(TensorTask):
         label = f"{self.root.name} {self.model_name}"
         print(f"training the {label} baseline ({recipe}); cached at {path}", file=sys.stderr)
         figures = train_idx_model(model, self.splits(), recipe, label=label)
-        print(
-            f"{label}: trained in {figures['train_s']:.0f} s, validation accuracy "
-            f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
-            file=sys.stderr,
-        )
+        self.report_training(label, "trained", figures)
         return {"recipe": asdict(recipe), **figures}

@@ -7,6 +7,7 @@ import inspect
 import json
 import logging
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,6 +161,16 @@ class TensorTask(Task):
     def example_inputs(self) -> torch.Tensor:
         """The first training sample, as a batch of one."""
         return self.splits()["train"][0][:1].clone()
+
+    @staticmethod
+    def report_training(label: str, done: str, figures: dict[str, Any]) -> None:
+        """The line a baseline's training ends with: how long ``done`` took (trained,
+        fine-tuned) and the accuracies ``figures`` holds."""
+        print(
+            f"{label}: {done} in {figures['train_s']:.0f} s, validation accuracy "
+            f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
+            file=sys.stderr,
+        )
 
     def baseline(self) -> nn.Module:
         cached: nn.Module | None = getattr(self, "_baseline", None)

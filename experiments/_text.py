@@ -362,11 +362,7 @@ class TextTask(TensorTask):
         label = "text teacher (MiniLM-L6)"
         print(f"fine-tuning the {label} ({recipe}); cached at {path}", file=sys.stderr)
         figures = train_text_model(model, self.splits(), recipe, label=label)
-        print(
-            f"{label}: fine-tuned in {figures['train_s']:.0f} s, validation accuracy "
-            f"{figures['val_accuracy']:.4f}, test accuracy {figures['test_accuracy']:.4f}",
-            file=sys.stderr,
-        )
+        self.report_training(label, "fine-tuned", figures)
         return {"recipe": asdict(recipe), "classes": self.classes, **figures}
 
     def soft_teacher(self) -> nn.Module:
