@@ -166,8 +166,8 @@ def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]
         here = local_device(device)
         if metric != "latency_ms" or here is None:
             continue
-        if here.unavailable():
-            logger.warning("%s not measured: %s", name, here.unavailable())
+        if reason := here.unavailable():
+            logger.warning("%s not measured: %s", name, reason)
             continue
         out[device] = measured = measure_local(onnx_path.read_bytes(), device=here)
         if logged is not None and abs(float(logged) / measured - 1) > PREDICTION_TOLERANCE:
