@@ -313,8 +313,7 @@ class Evaluation:
         """Whether models are exported with 16-bit layers in FP16: where every device
         the search prices runs them so (GPU tables, ``half`` in their metadata); a
         search that also prices a CPU exports them FP32, as the CPU table prices them."""
-        tables = getattr(self, "tables", {})
-        return bool(tables) and all(t.meta.get("half") for t in tables.values())
+        return bool(self.tables) and all(t.meta.get("half") for t in self.tables.values())
 
     def _onnx_bytes(self, model: nn.Module, plan: CompressionPlan) -> tuple[bytes, str]:
         import tempfile
