@@ -266,6 +266,11 @@ def layer_prices(op_nodes: Sequence[Sequence[str]], prices_ms: Sequence[float]) 
     return out
 
 
+def _significant(ms: float, digits: int = 4) -> float:
+    """``ms`` to ``digits`` significant figures: an op of a few nanoseconds keeps its price."""
+    return float(f"{ms:.{digits}g}")
+
+
 def compare_layers(
     model: ModelProfile,
     baseline: ModelProfile | None,
@@ -294,10 +299,10 @@ def compare_layers(
             "kernels": ",".join(mine.kernels) if mine else "(dropped)",
         }
         if prices is not None:
-            row["table_ms"] = round(prices.get(layer.layer, 0.0), 5)
+            row["table_ms"] = _significant(prices.get(layer.layer, 0.0))
         if baseline is not None:
             if base_prices is not None:
-                row["base_table_ms"] = round(base_prices.get(layer.layer, 0.0), 5)
+                row["base_table_ms"] = _significant(base_prices.get(layer.layer, 0.0))
             row["base_ms"] = round(theirs.ms, 5) if theirs else 0.0
             row["base_macs"] = theirs.macs if theirs else 0
             row["base_precision"] = theirs.precision if theirs else "-"
