@@ -23,6 +23,7 @@ from ._devices import (
     local_device,
     register_local,
 )
+from ._estimate import LatencyEstimate, OpCost
 from ._front_bundle import read_front_result, write_front_bundle
 from ._join import Learned, learn, learned_entry, plan_entry, priced_layers
 from ._local import (
@@ -34,8 +35,9 @@ from ._local import (
     quiet_root_logger,
     table_device,
 )
-from ._model import FallbackFit, LatencyEstimate, LatencyModel, OpCost, error_summary
+from ._model import LatencyModel, error_summary
 from ._ops import OpSpec, build_onnx, enumerate_ops, plan_ops
+from ._pricer import FallbackFit
 from ._profile import (
     LayerTime,
     ModelProfile,

@@ -1,6 +1,6 @@
 """How a table's per-op sum becomes a whole-model prediction: calibrations fitted on
 the whole models a device measured, each a class behind one small protocol, so
-``LatencyModel`` cross-validates them (and blends of them) by one function and a new
+``_choose`` cross-validates them (and blends of them) by one function and a new
 calibration is one class added to ``CALIBRATIONS``."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Sample:
 
 
 class Pricer(Protocol):
-    """What a calibration asks of the op pricer (a ``LatencyModel``)."""
+    """What a calibration asks of the op pricer (``_pricer.OpPricer``)."""
 
     gap_glue: bool
 

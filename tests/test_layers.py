@@ -53,7 +53,7 @@ TIERS: dict[str, list[str]] = {
         "_ops _table runner_torch",
         "_arch _context _correction _devices _sparse _transfer",
         "_bundle _calibration",
-        "_choose _front_bundle",
+        "_choose _front_bundle _pricer",
         "_model",
         "_local",
         "_validate",

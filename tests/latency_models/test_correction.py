@@ -73,7 +73,7 @@ def test_per_op_correction_learns_what_isolated_ops_miss() -> None:
     assert lm.method_cv[lm.method] == min(lm.method_cv.values())
     # the correction wraps the calibration it corrects: unwrapped, the same model without it
     assert isinstance(lm.calibrated, Corrected) and lm.calibrated.correction is lm.correction
-    lm.choice = dataclasses.replace(lm.choice, predictor=lm.calibrated.inner)
+    lm.whole.choice = dataclasses.replace(lm.choice, predictor=lm.calibrated.inner)
     calibrated = np.array([lm.predict_ops(s).latency_ms for s in held_out])
     mape = {
         "corrected": float(np.mean(np.abs(corrected / truth - 1))),

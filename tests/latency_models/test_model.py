@@ -5,8 +5,8 @@ import pytest
 
 from frontier.latency_models import DeviceMeta, DeviceStore, LatencyModel, measure_bundle, validate
 from frontier.latency_models._bundle import TEACHER
-from frontier.latency_models._model import _fit_fallback
 from frontier.latency_models._ops import OpSpec, plan_ops
+from frontier.latency_models._pricer import fit_fallback
 from frontier.latency_models._table import DeviceTable
 
 
@@ -224,12 +224,12 @@ def test_fallback_keeps_the_predictor_that_fits_the_kind_best() -> None:
     def power_ms(s: OpSpec) -> float:
         return 1e-4 * s.macs**0.7
 
-    fit = _fit_fallback("conv/fp32", specs, np.array([power_ms(s) for s in specs]))
+    fit = fit_fallback("conv/fp32", specs, np.array([power_ms(s) for s in specs]))
     assert fit.method == "power" and fit.cv_wape < 0.05 and fit.rows == 40
     assert fit.predict(held_out) == pytest.approx(power_ms(held_out), rel=0.05)
 
     def linear_ms(s: OpSpec) -> float:
         return 1e-6 * s.macs + 1e-5 * s.bytes_moved + 0.01
 
-    fit = _fit_fallback("conv/fp32", specs, np.array([linear_ms(s) for s in specs]))
+    fit = fit_fallback("conv/fp32", specs, np.array([linear_ms(s) for s in specs]))
     assert fit.method == "linear" and fit.cv_wape < 0.01
