@@ -17,9 +17,9 @@ from frontier.latency_models import (
     local_device,
     measure_local,
     register_local,
-    table_device,
     whole_model_bytes,
 )
+from frontier.latency_models._local import table_device
 from frontier.latency_models.runner import OrtBackend
 from frontier.search.cli import main
 from frontier.spaces import CompressionPlan

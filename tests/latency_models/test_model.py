@@ -87,7 +87,8 @@ def test_validation_report_and_files(table, mlp_setup, tmp_path) -> None:
 
 
 def test_local_cpu_table_is_measured_once(mlp_setup, store, capsys) -> None:
-    from frontier.latency_models import LOCAL_CPU, ensure_local_table
+    from frontier.latency_models import ensure_local_table
+    from frontier.latency_models._devices import LOCAL_CPU
 
     task, model, x, space = mlp_setup
     first = ensure_local_table(
@@ -119,7 +120,8 @@ def test_a_local_table_timed_the_old_way_is_measured_again(mlp_setup, store, cap
     with rows timed now: the next use measures the whole table again."""
     import json
 
-    from frontier.latency_models import PROTOCOL_VERSION, ensure_local_table
+    from frontier.latency_models import ensure_local_table
+    from frontier.latency_models.runner import PROTOCOL_VERSION
 
     task, model, x, space = mlp_setup
     data = task.calibration_batches()

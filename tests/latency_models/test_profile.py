@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from frontier.latency_models import LayerTime, compare_layers, profile_layers
+from frontier.latency_models import compare_layers, profile_layers
+from frontier.latency_models._profile import LayerTime
 from frontier.search.cli import main
 
 

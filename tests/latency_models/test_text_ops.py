@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from frontier.latency_models import build_onnx, enumerate_ops, plan_ops
-from frontier.latency_models._ops import plan_op_nodes
+from frontier.latency_models import build_onnx, plan_ops
+from frontier.latency_models._ops import enumerate_ops, plan_op_nodes
 from frontier.latency_models._templates import build_templates
 from frontier.spaces import (
     CompressionPlan,
