@@ -46,7 +46,7 @@ def main() -> None:
     if args.steps < 1 or args.every < 1:
         sys.exit("--steps and --every must be >= 1")
 
-    from frontier.evaluators import Candidate, EvalContext, distill, measure_accuracy
+    from frontier.evaluators import Candidate, EvalSetup, distill, measure_accuracy
     from frontier.experiments import build_task
     from frontier.search import load_config
     from frontier.spaces import CompressionPlan, discover
@@ -62,8 +62,8 @@ def main() -> None:
         plan = CompressionPlan.from_dict(data.get("plan", data), space=space)
     except (OSError, ValueError, AttributeError) as err:
         sys.exit(f"{args.plan}: {err}")
-    context = EvalContext(task=task, teacher=teacher, seed=config.search.seed)
-    student = copy.deepcopy(context.compressed(Candidate(plan)))
+    setup = EvalSetup(task=task, teacher=teacher, seed=config.search.seed)
+    student = copy.deepcopy(setup.compressed(Candidate(plan)))
     temperature = plan.distill.temperature if plan.distill else 1.0
     alpha = plan.distill.alpha if plan.distill else 0.0
     loaders = task.loaders(batch_size=args.batch_size)
@@ -73,7 +73,7 @@ def main() -> None:
         chunk = min(args.every, args.steps - done)
         distill(
             student,
-            context.soft_teacher,
+            setup.soft_teacher,
             loaders,
             steps=chunk,
             temperature=temperature,
@@ -90,7 +90,7 @@ def main() -> None:
     print(f"test {test:.4f} (teacher {teacher_test:.4f}, {test / teacher_test:.1%} of it)")
     measured: dict[str, float] = {}
     if args.measure:
-        measured = _measure(teacher, student, plan, example, context, config)
+        measured = _measure(teacher, student, plan, example, setup, config)
         print(
             f"latency {measured['student_latency_ms']:.2f} ms against the teacher's "
             f"{measured['teacher_latency_ms']:.2f} ms "
@@ -119,7 +119,7 @@ def main() -> None:
 
 
 def _measure(
-    teacher: Any, student: Any, plan: Any, example: Any, context: Any, config: Any
+    teacher: Any, student: Any, plan: Any, example: Any, setup: Any, config: Any
 ) -> dict[str, float]:
     """Both models exported and measured side by side (as ``bench_scenarios`` measures a
     pick beside its baseline); sizes from the cost model."""
@@ -134,7 +134,7 @@ def _measure(
         warnings.simplefilter("ignore")
         paths = [Path(tmp) / "teacher.onnx", Path(tmp) / "student.onnx"]
         export_onnx(teacher, CompressionPlan(), example, paths[0])
-        export_onnx(student, plan, example, paths[1], calibration_data=context.calibration())
+        export_onnx(student, plan, example, paths[1], calibration_data=setup.calibration())
         latency = measure_side_by_side(paths, config.device_store, "local-cpu")
     return {
         "teacher_latency_ms": latency[0],

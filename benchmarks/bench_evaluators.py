@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from scipy.stats import spearmanr
 
-from frontier.evaluators import Candidate, EvalContext, build_evaluator
+from frontier.evaluators import Candidate, EvalSetup, build_evaluator
 from frontier.experiments import DigitsTask
 from frontier.spaces import DistillOptions, SpaceOptions, discover
 
@@ -53,18 +53,18 @@ def main() -> None:
                 distill=DistillOptions(),
             ),
         )
-        context = EvalContext(task=task, teacher=teacher)
+        setup = EvalSetup(task=task, teacher=teacher)
         proxy = build_evaluator("accuracy", fidelity="proxy", all_signals=True)
         short = build_evaluator("accuracy", fidelity="short", steps=args.steps)
         full = build_evaluator("accuracy", fidelity="full", steps=args.steps)
         signals, shorts, fulls, walls = [], [], [], []
         for seed in range(args.plans):
             candidate = Candidate(space.sample(seed), id=f"{family}-{seed}")
-            signals.append(proxy(candidate, context).details)
-            s = short(candidate, context)
+            signals.append(proxy(candidate, setup).details)
+            s = short(candidate, setup)
             shorts.append(s.value)
             walls.append(s.wall_s)
-            fulls.append(full(candidate, context).value)
+            fulls.append(full(candidate, setup).value)
         rho = spearmanr(shorts, fulls)[0]
         proxies = {
             name: float(spearmanr([d[name] for d in signals], fulls)[0])

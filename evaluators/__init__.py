@@ -2,7 +2,7 @@
 
 Objective names carry units and devices: ``accuracy``, ``size_bytes``, ``macs``,
 ``bops``, ``latency_ms@pi4``, ``energy_mj@pi4``, ``co2e_g``. ``build_evaluator(name)``
-returns the evaluator; calling it on a ``Candidate`` and an ``EvalContext`` returns a
+returns the evaluator; calling it on a ``Candidate`` and an ``EvalSetup`` returns a
 ``Measurement`` (value, unit, fidelity, wall time).
 """
 
@@ -19,7 +19,7 @@ from ._base import (
     MAXIMIZE,
     MINIMIZE,
     Candidate,
-    EvalContext,
+    EvalSetup,
     EvaluationError,
     Evaluator,
     Measurement,
@@ -49,7 +49,7 @@ __all__ = [
     "CarbonEvaluator",
     "CarbonScenario",
     "EnergyEvaluator",
-    "EvalContext",
+    "EvalSetup",
     "EvaluationError",
     "Evaluator",
     "LatencyEvaluator",

@@ -23,7 +23,7 @@ from frontier.spaces import (
 from ._base import (
     MAXIMIZE,
     Candidate,
-    EvalContext,
+    EvalSetup,
     EvaluationError,
     Evaluator,
     Measurement,
@@ -341,66 +341,66 @@ class AccuracyEvaluator(Evaluator):
             return plan.distill.temperature, plan.distill.alpha
         return (self.temperature or 1.0), (self.alpha if self.alpha is not None else 0.0)
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        candidate.scored, measurement = self.fit(candidate, context)
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
+        candidate.scored, measurement = self.fit(candidate, setup)
         return measurement
 
-    def fit(self, candidate: Candidate, context: EvalContext) -> tuple[nn.Module, Measurement]:
+    def fit(self, candidate: Candidate, setup: EvalSetup) -> tuple[nn.Module, Measurement]:
         """The model this fidelity scores and its measurement: the compressed model
         itself for ``proxy``, the fine-tuned copy for ``short`` and ``full``. Seeded by
-        the context, so the same candidate gives the same model again (what the search
+        the setup, so the same candidate gives the same model again (what the search
         exports for a front member)."""
-        loaders = context.task.loaders(batch_size=self.batch_size)
-        compressed = context.compressed(candidate)
+        loaders = setup.task.loaders(batch_size=self.batch_size)
+        compressed = setup.compressed(candidate)
         if self.fidelity == "proxy":
-            batches, teacher_logits = context.proxy_data()
+            batches, teacher_logits = setup.proxy_data()
             signals = proxy_signals(
                 compressed,
-                context.teacher,
+                setup.teacher,
                 batches,
-                context.calibration(),
+                setup.calibration(),
                 saliency=self.all_signals or self.signal == "saliency",
                 teacher_logits=teacher_logits,
             )
             return compressed, Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
-        student = context.placed(compressed)
+        student = setup.placed(compressed)
         if student is compressed:
             student = copy.deepcopy(compressed)
         temperature, alpha = self._kd(candidate.plan)
         if self.fidelity == "short":
             losses = distill(
                 student,
-                context.soft_teacher,
+                setup.soft_teacher,
                 loaders,
                 steps=self.steps,
                 temperature=temperature,
                 alpha=alpha,
                 lr=self.lr,
-                seed=context.seed,
-                accelerator=context.accelerator,
+                seed=setup.seed,
+                accelerator=setup.accelerator,
             )
             value = measure_accuracy(
-                student, _first(loaders.val, self.val_samples), context.task.metric
+                student, _first(loaders.val, self.val_samples), setup.task.metric
             )
             split = "val"
         else:
             epoch = max(len(loaders.train), 1)
             losses = distill(
                 student,
-                context.soft_teacher,
+                setup.soft_teacher,
                 loaders,
                 steps=self.steps * self.full_factor,
                 temperature=temperature,
                 alpha=alpha,
                 lr=self.lr,
-                seed=context.seed,
+                seed=setup.seed,
                 patience=self.patience,
                 eval_every=epoch,
-                accelerator=context.accelerator,
+                accelerator=setup.accelerator,
             )
             # the test split only reports (a front member, once, at the end of a search):
             # what chooses models never reads it
-            value = measure_accuracy(student, loaders.val, context.task.metric)
+            value = measure_accuracy(student, loaders.val, setup.task.metric)
             split = "val"
         details = {
             "split": split,

@@ -1,4 +1,4 @@
-"""The evaluator interface: one Evaluator per objective, a registry, and the context."""
+"""The evaluator interface: one Evaluator per objective, a registry, and the setup."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class Candidate:
 
 
 @dataclass
-class EvalContext:
+class EvalSetup:
     """What evaluators need besides the candidate: the task, the teacher and devices.
 
     Args:
@@ -219,25 +219,25 @@ def structure_plan(plan: CompressionPlan) -> CompressionPlan:
 
 class Evaluator(ABC):
     """One objective. Subclasses set ``name``, ``unit``, ``direction`` and implement
-    ``evaluate``; call the evaluator (``ev(candidate, context)``) to get errors that
+    ``evaluate``; call the evaluator (``ev(candidate, setup)``) to get errors that
     name the candidate and the evaluator, and the wall time filled in."""
 
     name: str = "objective"
     unit: str = ""
     direction: str = MINIMIZE
-    #: the value is a device table's prediction (``context.latency``): cheap, and it
+    #: the value is a device table's prediction (``setup.latency``): cheap, and it
     #: changes when a table does, so cached values are priced again (set it on an
     #: evaluator that reads the latency models)
     priced_by_tables: bool = False
 
     @abstractmethod
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         """Measure ``candidate``."""
 
-    def __call__(self, candidate: Candidate, context: EvalContext) -> Measurement:
+    def __call__(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         start = time.perf_counter()
         try:
-            m = self.evaluate(candidate, context)
+            m = self.evaluate(candidate, setup)
         except EvaluationError:
             raise
         except Exception as err:

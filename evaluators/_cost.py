@@ -8,7 +8,7 @@ from pathlib import Path
 
 from frontier.spaces import export_onnx
 
-from ._base import MINIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
+from ._base import MINIMIZE, Candidate, EvalSetup, Evaluator, Measurement, register_evaluator
 
 
 @register_evaluator("size_bytes")
@@ -27,21 +27,21 @@ class SizeEvaluator(Evaluator):
             raise ValueError(f"size_bytes: format must be null or 'onnx', got {format!r}")
         self.format = format
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        cost = context.cost(candidate, macs=False)  # no forward pass to count MACs
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
+        cost = setup.cost(candidate, macs=False)  # no forward pass to count MACs
         details: dict[str, float | str] = {"accounted_bytes": cost.size_bytes}
         value = float(cost.size_bytes)
         if self.format == "onnx":
-            model = context.compressed(candidate)
+            model = setup.compressed(candidate)
             with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 path = Path(tmp) / "m.onnx"
                 result = export_onnx(
                     model,
                     candidate.plan,
-                    context.example_inputs,
+                    setup.example_inputs,
                     path,
-                    calibration_data=context.calibration(),
+                    calibration_data=setup.calibration(),
                 )
                 value = float(path.stat().st_size)
                 details.update(onnx_bytes=value, onnx_precision=result.precision)
@@ -56,8 +56,8 @@ class _CostField(Evaluator):
         self.name = self.field
         self.unit = self.field.upper()
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        cost = context.cost(candidate)
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
+        cost = setup.cost(candidate)
         return Measurement(
             float(getattr(cost, self.field)), self.unit, "exact", 0.0, {"params": cost.params}
         )

@@ -5,19 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._base import MINIMIZE, Candidate, EvalContext, Evaluator, Measurement, register_evaluator
+from ._base import MINIMIZE, Candidate, EvalSetup, Evaluator, Measurement, register_evaluator
 
 WORST = "worst"
 
 
-def _devices(context: EvalContext, device: str) -> list[str]:
+def _devices(setup: EvalSetup, device: str) -> list[str]:
     if device == WORST:
-        if not context.latency:
+        if not setup.latency:
             raise ValueError("latency_ms@worst needs at least one device's latency model")
-        return sorted(context.latency)
-    if device not in context.latency:
+        return sorted(setup.latency)
+    if device not in setup.latency:
         raise ValueError(
-            f"no latency model for device {device!r}; have: {sorted(context.latency) or 'none'}"
+            f"no latency model for device {device!r}; have: {sorted(setup.latency) or 'none'}"
         )
     return [device]
 
@@ -25,7 +25,7 @@ def _devices(context: EvalContext, device: str) -> list[str]:
 @register_evaluator("latency_ms")
 class LatencyEvaluator(Evaluator):
     """Predicted latency on a device (``latency_ms@pi4``), or the worst over every device
-    of the context (``latency_ms@worst``), from its LatencyModel."""
+    of the setup (``latency_ms@worst``), from its LatencyModel."""
 
     unit, direction = "ms", MINIMIZE
     priced_by_tables = True
@@ -34,10 +34,10 @@ class LatencyEvaluator(Evaluator):
         self.device = device
         self.name = f"latency_ms@{device}"
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         per_device = {}
-        for d in _devices(context, self.device):
-            est = context.latency[d].predict(context.teacher, candidate.plan)
+        for d in _devices(setup, self.device):
+            est = setup.latency[d].predict(setup.teacher, candidate.plan)
             per_device[d] = est
         worst = max(per_device, key=lambda d: per_device[d].latency_ms)
         est = per_device[worst]
@@ -59,9 +59,9 @@ class EnergyEvaluator(Evaluator):
         self.device = device
         self.name = f"energy_mj@{device}"
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
-        (device,) = _devices(context, self.device)
-        est = context.latency[device].predict(context.teacher, candidate.plan)
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
+        (device,) = _devices(setup, self.device)
+        est = setup.latency[device].predict(setup.teacher, candidate.plan)
         if est.energy_mj is None:
             raise ValueError(
                 f"device {device!r} has neither an energy column nor active_power_w; "
@@ -125,7 +125,7 @@ class CarbonScenario:
 @register_evaluator("co2e_g")
 class CarbonEvaluator(Evaluator):
     """Operational gCO2e of a deployment scenario on a device (``co2e_g@pi4``; without a
-    device, the context's only device)."""
+    device, the setup's only device)."""
 
     unit, direction = "gCO2e", MINIMIZE
     priced_by_tables = True
@@ -137,13 +137,13 @@ class CarbonEvaluator(Evaluator):
         )
         self.name = "co2e_g" if device is None else f"co2e_g@{device}"
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         device = self.device
         if device is None:
-            if len(context.latency) != 1:
+            if len(setup.latency) != 1:
                 raise ValueError("co2e_g: name the device (co2e_g@NAME) when there are several")
-            device = next(iter(context.latency))
-        energy = EnergyEvaluator(device=device).evaluate(candidate, context)
+            device = next(iter(setup.latency))
+        energy = EnergyEvaluator(device=device).evaluate(candidate, setup)
         intensity, source = self.scenario.intensity()
         return Measurement(
             self.scenario.co2e_g(energy.value),

@@ -102,7 +102,7 @@ class Evaluation:
         check_teacher: bool = False,
         accelerator: Accelerator | None = None,
     ) -> None:
-        from frontier.evaluators import EvalContext
+        from frontier.evaluators import EvalSetup
         from frontier.experiments import build_task, task_baseline, use_accelerator
         from frontier.latency_models import LatencyModel
         from frontier.spaces import discover
@@ -123,7 +123,7 @@ class Evaluation:
         #: what this search cannot measure (an untrained task), printed and recorded
         self.notes: list[str] = list(getattr(self.task, "limitations", list)())  # optional hook
         # the space and the latency models join it below; checking the teacher needs it
-        self.context = EvalContext(
+        self.setup = EvalSetup(
             task=self.task,
             teacher=self.teacher,
             seed=config.search.seed,
@@ -146,8 +146,8 @@ class Evaluation:
             offload = tables[name].device_meta.offload_device
             lm = LatencyModel(tables[name], offload=tables.get(offload) if offload else None)
             lm.bind(self.teacher, self.example, self.space)
-            self.context.latency[name] = lm
-        self.context.space = self.space
+            self.setup.latency[name] = lm
+        self.setup.space = self.space
         if not getattr(self.task, "trained", True) and self.rungs != ["proxy"]:
             self.rungs = ["proxy"]
         self._evaluators: dict[tuple[str, str], Any] = {}
@@ -227,7 +227,7 @@ class Evaluation:
             # the size last, so that it reads the count MACs or BOPs made (alone, it
             # counts without the MACs pass; first, MACs would be counted again)
             for name in sorted(names, key=lambda n: (n != ACCURACY, n == SIZE)):
-                m = self.evaluator(name, rung)(candidate, self.context)
+                m = self.evaluator(name, rung)(candidate, self.setup)
                 if not math.isfinite(m.value):
                     raise EvaluationError(f"objective {name!r} is {m.value} (not finite)")
                 values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
@@ -274,9 +274,9 @@ class Evaluation:
 
         candidate = Candidate(plan)
         if ACCURACY in self.metrics and self.rungs[rung] != "proxy":
-            model, _ = self.evaluator(ACCURACY, rung).fit(candidate, self.context)
+            model, _ = self.evaluator(ACCURACY, rung).fit(candidate, self.setup)
             return model
-        return self.context.compressed(candidate)
+        return self.setup.compressed(candidate)
 
     def export(self, plan: Mapping[str, Any], rung: int, path: Path) -> Any:
         """Write the model ``plan``'s accuracy at ``rung`` was measured on as ONNX at
@@ -292,7 +292,7 @@ class Evaluation:
         from frontier.evaluators import Candidate
 
         plan = self.space.plan_of(self.space.uncompressed_params())
-        return self._export_model(self.context.compressed(Candidate(plan)), plan, path)
+        return self._export_model(self.setup.compressed(Candidate(plan)), plan, path)
 
     def _export_model(self, model: nn.Module, plan: CompressionPlan, path: Path) -> Any:
         from frontier.spaces import export_onnx
@@ -304,7 +304,7 @@ class Evaluation:
                 plan,
                 self.example,
                 path,
-                calibration_data=self.context.calibration(),
+                calibration_data=self.setup.calibration(),
                 half=self.half,
             )
 
@@ -352,7 +352,7 @@ class Evaluation:
         if self._teacher_accuracy is None:
             self._val_labels = []
             self._teacher_accuracy = measure_accuracy(
-                self.context.teacher_placed,
+                self.setup.teacher_placed,
                 self.task.loaders().val,
                 self.task.metric,
                 labels=self._val_labels,

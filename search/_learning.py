@@ -70,7 +70,7 @@ def measure_front(
             device, len(gaps), 100 * median,
         )  # fmt: skip
     if learn:  # stated against the table's own measurement of the uncompressed model
-        table_base = ev.context.latency[device].predict(ev.teacher, CompressionPlan())
+        table_base = ev.setup.latency[device].predict(ev.teacher, CompressionPlan())
         now_base = float(np.median([st["baseline_ms"] for st in stats]))
         scale = table_base.latency_ms / now_base if table_base.measured_at else 1.0
         learned = {n: ms * scale for n, ms in zip(members, measured, strict=True)}
@@ -91,7 +91,7 @@ def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
     if table.meta.get("derived_from"):
         return
     try:
-        lm = ev.context.latency[device]
+        lm = ev.setup.latency[device]
         entries = [
             learned_entry(lm, ev.teacher, CompressionPlan.from_dict(search.records[n].plan), ms)
             for n, ms in measured.items()

@@ -375,7 +375,7 @@ class MlflowCallback(Callback):
         # how each device's table predicts: calibration, its warnings, validation error
         quality = {
             name: {"content_hash": evaluation.tables[name].content_hash, **lm.quality()}
-            for name, lm in evaluation.context.latency.items()
+            for name, lm in evaluation.setup.latency.items()
         }
         self.tracker.log_text(parent, json.dumps(quality, indent=2), "device_tables.json")
         if search.sensitivity:

@@ -151,10 +151,10 @@ def _table_prices(search: SearchView, profiled: Any) -> Any:
     from frontier.spaces import CompressionPlan
 
     ev = search.evaluation
-    device = next((d for d in ev.context.latency if profiled.runs_like(local_device(d))), None)
+    device = next((d for d in ev.setup.latency if profiled.runs_like(local_device(d))), None)
     if device is None:
         return None
-    lm = ev.context.latency[device]
+    lm = ev.setup.latency[device]
 
     def priced(plan: dict[str, Any]) -> dict[str, float]:
         plan_ = CompressionPlan.from_dict(plan)

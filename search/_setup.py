@@ -179,7 +179,7 @@ def baseline(
 
     shown = ", ".join(f"{k} {v:.6g}" for k, v in values.items())
     logger.info("baseline (the uncompressed model): %s", shown)
-    for device, lm in evaluation.context.latency.items():
+    for device, lm in evaluation.setup.latency.items():
         when = lm.predict(evaluation.teacher, CompressionPlan()).measured_at
         if when and f"latency_ms@{device}" in values:
             logger.info(
@@ -190,7 +190,7 @@ def baseline(
         if str(was) != str(now):
             logger.info("constraint %s -> %s", was, now)
     if any(name.startswith("latency_ms") for name in evaluation.metrics):
-        for line in slow_pruning(evaluation.space, evaluation.context.latency, evaluation.teacher):
+        for line in slow_pruning(evaluation.space, evaluation.setup.latency, evaluation.teacher):
             logger.warning(line)
     return values, resolved
 
@@ -268,7 +268,7 @@ def warm_up(evaluation: Evaluation) -> None:
     """Distillation's soft targets, once in the driver with every core, before workers
     start (a task caches them; each worker would otherwise make its own)."""
     if ACCURACY in evaluation.metrics and evaluation.rungs != ["proxy"]:
-        evaluation.context.soft_teacher  # noqa: B018
+        evaluation.setup.soft_teacher  # noqa: B018
 
 
 def sensitivity_for(

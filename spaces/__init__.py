@@ -64,7 +64,7 @@ from ._students import (
 from ._surgery import ApplyError, kept_channels, swap_activations
 from ._techniques import (
     DROPPED,
-    ApplyContext,
+    ApplyInputs,
     Chooser,
     Distill,
     Prune,
@@ -103,7 +103,7 @@ __all__ = [
     "SWAP_ACTIVATIONS",
     "Accelerator",
     "ActivationSwap",
-    "ApplyContext",
+    "ApplyInputs",
     "ApplyError",
     "Chooser",
     "CompressionPlan",

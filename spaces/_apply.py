@@ -12,7 +12,7 @@ from torch import nn
 from ._forward import check_forward, input_shapes
 from ._plan import CompressionPlan
 from ._students import build_student
-from ._techniques import ApplyContext, plan_techniques
+from ._techniques import ApplyInputs, plan_techniques
 
 #: model -> (the shapes of the example inputs it was checked on, its output's last
 #: dimension): a search applies plans to one teacher thousands of times, and a teacher's
@@ -60,7 +60,7 @@ def apply_plan(
         new.train(model.training)
     else:
         new = copy.deepcopy(model)
-    context = ApplyContext(example_inputs, calibration_data)
+    inputs = ApplyInputs(example_inputs, calibration_data)
     for technique in plan_techniques(plan):
-        technique.apply(new, plan, context)
+        technique.apply(new, plan, inputs)
     return new

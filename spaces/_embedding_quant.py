@@ -30,7 +30,7 @@ from torch import nn
 from ._dims import Dimension, SpaceView
 from ._param_shapes import ParamShapes
 from ._plan import CompressionPlan, PlanError
-from ._techniques import ApplyContext, Chooser, Technique, register_technique
+from ._techniques import ApplyInputs, Chooser, Technique, register_technique
 
 #: the bit widths the technique stores tables at (32: left as they are)
 EMBEDDING_BITS = (8, 32)
@@ -93,7 +93,7 @@ class EmbeddingQuant(Technique):
             )
         return int(entry)
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         if (self.entry(plan) or 32) >= 32:
             return
         for name, module in list(model.named_modules()):

@@ -39,7 +39,7 @@ Chooser = Callable[[str, Sequence[Any]], Any]
 
 
 @dataclass(frozen=True)
-class ApplyContext:
+class ApplyInputs:
     """What applying a plan may need besides the model: a batch it accepts and batches
     for calibration (None: calibrate on the example)."""
 
@@ -91,7 +91,7 @@ class Technique:
         as ``apply`` expects it. A registered technique's entries must be JSON data."""
         return entry
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         """Change ``model`` (a copy the caller owns) in place as ``plan`` says."""
 
     def reshape(self, plan: CompressionPlan, shapes: ParamShapes) -> bool:
@@ -213,8 +213,8 @@ class Prune(Technique):
     def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         check_names("prune", plan.prune, [g.name for g in space.groups])
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
-        prune_model(model, plan, context.example_inputs)
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
+        prune_model(model, plan, inputs.example_inputs)
 
 
 @register_technique("sparsity")
@@ -245,7 +245,7 @@ class Sparsity(Technique):
     def validate(self, space: SpaceView, plan: CompressionPlan) -> None:
         check_names("sparsity", plan.sparsity, [q.name for q in space.layers])
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         from . import _quant
 
         shares = {name: r for name, r in plan.sparsity.items() if r > 0}
@@ -300,7 +300,7 @@ class Quantize(Technique):
             for name, bits in table.items():
                 check_bits(f"{kind}[{name!r}]", bits, getattr(layers[name], kind))
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         from . import _quant
 
         names = set(plan.weight_bits) | set(plan.act_bits)
@@ -315,9 +315,9 @@ class Quantize(Technique):
                 act_bits=plan.act_bits.get(name, 32),
             )
         if plan.act_bits:
-            data = context.calibration_data
+            data = inputs.calibration_data
             batches: Iterable[Any] = (
-                [context.example_inputs]
+                [inputs.example_inputs]
                 if data is None
                 else (b[0] if isinstance(b, tuple | list) else b for b in data)
             )
@@ -365,7 +365,7 @@ class SwapActivations(Technique):
         if plan.activation.to not in self.to:
             raise PlanError(f"activation.to: {plan.activation.to!r} is not among {list(self.to)}")
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         if plan.activation is not None and plan.student is None:
             swap_activations(model, plan.activation)
 

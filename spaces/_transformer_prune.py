@@ -28,7 +28,7 @@ from ._dims import Dimension, SpaceView
 from ._export import onnx_module_name
 from ._param_shapes import ParamShapes
 from ._plan import CompressionPlan, PlanError, check_ratio, check_ratios
-from ._techniques import DROPPED, ApplyContext, Chooser, Technique, register_technique
+from ._techniques import DROPPED, ApplyInputs, Chooser, Technique, register_technique
 from ._transformer import EncoderLayer, keep_ffn, keep_heads
 
 
@@ -189,7 +189,7 @@ class TransformerPrune(Technique):
             return f"{kind}={ratios[kind]:g}" if ratios.get(kind, 0) > 0 else None
         return None
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         for name, ratios in (self.entry(plan) or {}).items():
             layer = _encoder(model, name, self.name)
             if ratios.get("heads", 0) > 0 and layer.heads > 0:
@@ -265,7 +265,7 @@ class LayerDrop(Technique):
                 return DROPPED
         return None
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context: ApplyContext) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs: ApplyInputs) -> None:
         for name in self.entry(plan) or []:
             _encoder(model, name, self.name)
             parent_name, _, child = name.rpartition(".")

@@ -10,7 +10,7 @@ import json
 from frontier.evaluators import (
     MINIMIZE,
     Candidate,
-    EvalContext,
+    EvalSetup,
     Evaluator,
     Measurement,
     register_evaluator,
@@ -26,7 +26,7 @@ def _draw(candidate: Candidate, salt: str) -> float:
 class InstantA(Evaluator):
     name, unit, direction = "instant_a", "units", MINIMIZE
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         return Measurement(_draw(candidate, "a"), self.unit, "exact", 0.0, {})
 
 
@@ -34,7 +34,7 @@ class InstantA(Evaluator):
 class InstantB(Evaluator):
     name, unit, direction = "instant_b", "units", MINIMIZE
 
-    def evaluate(self, candidate: Candidate, context: EvalContext) -> Measurement:
+    def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         # the two objectives trade off: a front of several members, as a real search has
         return Measurement(
             1.0 - _draw(candidate, "a") ** 0.5 + 0.1 * _draw(candidate, "b"),

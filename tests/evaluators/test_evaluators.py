@@ -7,7 +7,7 @@ from torch import nn
 from frontier.evaluators import (
     Candidate,
     CarbonScenario,
-    EvalContext,
+    EvalSetup,
     EvaluationError,
     Evaluator,
     build_evaluator,
@@ -25,8 +25,8 @@ def digits() -> DigitsTask:
 
 
 @pytest.fixture
-def context(digits) -> EvalContext:
-    return EvalContext(task=digits, teacher=digits.baseline())
+def eval_setup(digits) -> EvalSetup:
+    return EvalSetup(task=digits, teacher=digits.baseline())
 
 
 def test_registry_and_objective_names() -> None:
@@ -40,25 +40,25 @@ def test_registry_and_objective_names() -> None:
         build_evaluator("latncy_ms@pi4")
 
 
-def test_size_of_a_hand_computed_plan(context) -> None:
+def test_size_of_a_hand_computed_plan(eval_setup) -> None:
     plan = CompressionPlan(
         prune={"features.1": 0.5},
         weight_bits={"features.1": 4},
         act_bits={"features.1": 8},
         round_to=8,
     )
-    m = build_evaluator("size_bytes")(Candidate(plan, id="c1"), context)
+    m = build_evaluator("size_bytes")(Candidate(plan, id="c1"), eval_setup)
     # features.1: 64 -> 128 kept of 256, 4-bit weights + (scale, zero point) per channel,
     # FP32 biases, one activation qparam pair; features.3: 128 -> 128 FP32; classifier FP32
     first = 64 * 128 // 2 + 128 * 5 + 128 * 4 + 5
     second = (128 * 128 + 128) * 4
     classifier = (128 * 10 + 10) * 4
     assert m.value == first + second + classifier and m.unit == "bytes"
-    onnx = build_evaluator("size_bytes", format="onnx")(Candidate(plan, id="c1"), context)
+    onnx = build_evaluator("size_bytes", format="onnx")(Candidate(plan, id="c1"), eval_setup)
     assert onnx.details["accounted_bytes"] == m.value and onnx.value > 0
 
 
-def test_costs_are_counted_once_and_need_no_calibration(context, monkeypatch) -> None:
+def test_costs_are_counted_once_and_need_no_calibration(eval_setup, monkeypatch) -> None:
     """Size, MACs and BOPs of a candidate come from one build; where no evaluator built
     the calibrated model (the sampler's cost-only screening), they are counted on the
     plan's structure without the calibration passes, and equal the calibrated model's.
@@ -68,10 +68,10 @@ def test_costs_are_counted_once_and_need_no_calibration(context, monkeypatch) ->
     plan = CompressionPlan(
         prune={"features.1": 0.5}, weight_bits={"features.3": 8}, act_bits={"features.3": 8}
     )
-    calibrated = model_cost(context.compressed(Candidate(plan)), plan, context.example_inputs)
+    calibrated = model_cost(eval_setup.compressed(Candidate(plan)), plan, eval_setup.example_inputs)
     builds: list[int] = []
     counts: list[bool] = []
-    monkeypatch.setattr(context, "calibration", lambda: pytest.fail("calibrated for a count"))
+    monkeypatch.setattr(eval_setup, "calibration", lambda: pytest.fail("calibrated for a count"))
     import frontier.evaluators._base as base
 
     monkeypatch.setattr(base, "apply_plan", lambda *a: builds.append(1) or apply_plan(*a))
@@ -82,7 +82,7 @@ def test_costs_are_counted_once_and_need_no_calibration(context, monkeypatch) ->
     )
     candidate = Candidate(plan)
     values = {
-        n: build_evaluator(n)(candidate, context).value
+        n: build_evaluator(n)(candidate, eval_setup).value
         for n in ("size_bytes", "macs", "bops", "size_bytes")
     }
     assert values == {
@@ -102,17 +102,17 @@ def test_costs_come_from_shapes_when_the_context_has_the_space(digits, monkeypat
     teacher = digits.baseline()
     x = digits.example_inputs()
     space = discover(teacher, x, SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(8, 32)))
-    context = EvalContext(task=digits, teacher=teacher, space=space)
+    eval_setup = EvalSetup(task=digits, teacher=teacher, space=space)
     for seed in (7, 8, 9):  # the third plan counted from structure makes the counter
-        build_evaluator("macs")(Candidate(space.sample(seed)), context)
-    assert context._counter is not None and context._counter.ok
+        build_evaluator("macs")(Candidate(space.sample(seed)), eval_setup)
+    assert eval_setup._counter is not None and eval_setup._counter.ok
     import frontier.evaluators._base as base
 
     monkeypatch.setattr(base, "apply_plan", lambda *a, **k: pytest.fail("built a model"))
     for seed in range(2, 6):
         plan = space.sample(seed)
         candidate = Candidate(plan)
-        got = {n: build_evaluator(n)(candidate, context).value for n in ("size_bytes", "macs")}
+        got = {n: build_evaluator(n)(candidate, eval_setup).value for n in ("size_bytes", "macs")}
         built = model_cost(apply_plan(teacher, plan, x), plan, x)
         assert got == {"size_bytes": built.size_bytes, "macs": built.macs}
 
@@ -144,10 +144,10 @@ def test_structure_counts_equal_the_compressed_model_on_random_plans() -> None:
             assert getattr(fast, field) == getattr(full, field), (seed, field)
 
 
-def test_macs_and_bops(context) -> None:
+def test_macs_and_bops(eval_setup) -> None:
     plan = CompressionPlan(weight_bits={"classifier": 8}, act_bits={"classifier": 8})
-    macs = build_evaluator("macs")(Candidate(plan), context)
-    bops = build_evaluator("bops")(Candidate(plan), context)
+    macs = build_evaluator("macs")(Candidate(plan), eval_setup)
+    bops = build_evaluator("bops")(Candidate(plan), eval_setup)
     assert macs.value == 64 * 256 + 256 * 128 + 128 * 10
     assert bops.value == (64 * 256 + 256 * 128) * 32 * 32 + 128 * 10 * 8 * 8
 
@@ -162,23 +162,23 @@ def _stub_latency(latency_ms: float, power_w: float | None):
     return SimpleNamespace(predict=predict)
 
 
-def test_energy_is_latency_times_power(context) -> None:
-    context.latency = {"pi4": _stub_latency(20.0, 3.5), "jetson": _stub_latency(5.0, 10.0)}
+def test_energy_is_latency_times_power(eval_setup) -> None:
+    eval_setup.latency = {"pi4": _stub_latency(20.0, 3.5), "jetson": _stub_latency(5.0, 10.0)}
     c = Candidate(CompressionPlan())
-    assert build_evaluator("energy_mj@pi4")(c, context).value == pytest.approx(70.0)
-    worst = build_evaluator("latency_ms@worst")(c, context)
+    assert build_evaluator("energy_mj@pi4")(c, eval_setup).value == pytest.approx(70.0)
+    worst = build_evaluator("latency_ms@worst")(c, eval_setup)
     assert worst.value == 20.0 and worst.details["device"] == "pi4"
-    context.latency = {"npu": _stub_latency(1.0, None)}
+    eval_setup.latency = {"npu": _stub_latency(1.0, None)}
     with pytest.raises(EvaluationError, match="neither an energy column nor active_power_w"):
-        build_evaluator("energy_mj@npu")(c, context)
+        build_evaluator("energy_mj@npu")(c, eval_setup)
 
 
-def test_carbon_arithmetic_with_fixed_intensity(context) -> None:
+def test_carbon_arithmetic_with_fixed_intensity(eval_setup) -> None:
     scenario = CarbonScenario(inferences_per_day=1000, days=10, pue=1.5, intensity_g_per_kwh=500)
     # 3.6 mJ x 10,000 inferences = 36 J = 1e-5 kWh; x 1.5 PUE x 500 g/kWh
     assert scenario.co2e_g(3.6) == pytest.approx(0.0075)
-    context.latency = {"pi4": _stub_latency(2.0, 1.8)}
-    m = build_evaluator("co2e_g", scenario=scenario)(Candidate(CompressionPlan()), context)
+    eval_setup.latency = {"pi4": _stub_latency(2.0, 1.8)}
+    m = build_evaluator("co2e_g", scenario=scenario)(Candidate(CompressionPlan()), eval_setup)
     assert m.value == pytest.approx(0.0075) and m.details["scenario"]["pue"] == 1.5
 
 
@@ -190,8 +190,8 @@ def test_grid_intensity_from_codecarbon() -> None:
         CarbonScenario(country_iso="XXX").intensity()
 
 
-def test_distillation_loss_falls_and_teacher_is_untouched(digits, context) -> None:
-    teacher = context.teacher
+def test_distillation_loss_falls_and_teacher_is_untouched(digits, eval_setup) -> None:
+    teacher = eval_setup.teacher
     before = {k: v.clone() for k, v in teacher.state_dict().items()}
     student = build_student_like(teacher)
     losses = distill(
@@ -208,7 +208,7 @@ def test_distillation_loss_falls_and_teacher_is_untouched(digits, context) -> No
     assert last < 0.7 * first, (first, last)
     plan = CompressionPlan(prune={"features.1": 0.5}, distill=DistillSpec(4.0, 0.7))
     for fidelity in ("proxy", "short", "full"):
-        build_evaluator("accuracy", fidelity=fidelity, steps=20)(Candidate(plan), context)
+        build_evaluator("accuracy", fidelity=fidelity, steps=20)(Candidate(plan), eval_setup)
     for k, v in teacher.state_dict().items():
         assert torch.equal(v, before[k]), k
 
@@ -221,26 +221,26 @@ def build_student_like(teacher: nn.Module) -> nn.Module:
     )
 
 
-def test_short_fine_tune_recovers_accuracy(context) -> None:
+def test_short_fine_tune_recovers_accuracy(eval_setup) -> None:
     plan = CompressionPlan(prune={"features.1": 0.75, "features.3": 0.75}, round_to=8)
     c = Candidate(plan, id="p75")
-    proxy = build_evaluator("accuracy", fidelity="proxy")(c, context)
-    short = build_evaluator("accuracy", fidelity="short", steps=150)(c, context)
+    proxy = build_evaluator("accuracy", fidelity="proxy")(c, eval_setup)
+    short = build_evaluator("accuracy", fidelity="short", steps=150)(c, eval_setup)
     assert short.fidelity == "short" and short.details["split"] == "val"
     assert short.value > 0.9 and short.value >= proxy.details["agreement"] - 0.05
     # saliency's backward pass only where it is reported or every signal is asked for
     assert set(proxy.details) == {"agreement", "neg_kl"}
-    every = build_evaluator("accuracy", fidelity="proxy", all_signals=True)(c, context)
+    every = build_evaluator("accuracy", fidelity="proxy", all_signals=True)(c, eval_setup)
     assert set(every.details) == {"agreement", "neg_kl", "saliency"}
     assert every.details["agreement"] == proxy.details["agreement"]
     assert every.details["neg_kl"] == pytest.approx(proxy.details["neg_kl"])
 
 
-def test_a_failing_evaluator_names_candidate_and_evaluator(context) -> None:
+def test_a_failing_evaluator_names_candidate_and_evaluator(eval_setup) -> None:
     class Broken(Evaluator):
         name = "broken_metric"
 
-        def evaluate(self, candidate, context):
+        def evaluate(self, candidate, eval_setup):
             raise RuntimeError("device fell over")
 
     with pytest.raises(
@@ -248,23 +248,23 @@ def test_a_failing_evaluator_names_candidate_and_evaluator(context) -> None:
         match="evaluator 'broken_metric' failed on candidate trial-7: "
         "RuntimeError: device fell over",
     ):
-        Broken()(Candidate(CompressionPlan(), id="trial-7"), context)
+        Broken()(Candidate(CompressionPlan(), id="trial-7"), eval_setup)
     with pytest.raises(EvaluationError, match="no latency model for device 'pi9'"):
-        build_evaluator("latency_ms@pi9")(Candidate(CompressionPlan(), id="t"), context)
+        build_evaluator("latency_ms@pi9")(Candidate(CompressionPlan(), id="t"), eval_setup)
 
 
-def test_student_plan_is_distilled_from_the_teacher(context) -> None:
+def test_student_plan_is_distilled_from_the_teacher(eval_setup) -> None:
     from frontier.spaces import StudentSpec
 
     plan = CompressionPlan(
         student=StudentSpec("mlp", width_mult=0.5), distill=DistillSpec(temperature=4.0, alpha=0.5)
     )
     c = Candidate(plan, id="student")
-    untrained = build_evaluator("accuracy", fidelity="proxy")(c, context)
-    trained = build_evaluator("accuracy", fidelity="short", steps=300)(c, context)
+    untrained = build_evaluator("accuracy", fidelity="proxy")(c, eval_setup)
+    trained = build_evaluator("accuracy", fidelity="short", steps=300)(c, eval_setup)
     assert untrained.value < 0.5 < 0.85 < trained.value  # random init, then distilled
-    size = build_evaluator("size_bytes")(c, context).value
-    assert size < build_evaluator("size_bytes")(Candidate(CompressionPlan()), context).value
+    size = build_evaluator("size_bytes")(c, eval_setup).value
+    assert size < build_evaluator("size_bytes")(Candidate(CompressionPlan()), eval_setup).value
 
 
 def test_no_batch_is_an_error_not_a_score_or_a_hang() -> None:

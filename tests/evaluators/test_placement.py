@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from frontier.evaluators import AccuracyEvaluator, Candidate, EvalContext
+from frontier.evaluators import AccuracyEvaluator, Candidate, EvalSetup
 from frontier.experiments import DigitsTask
 from frontier.spaces import Accelerator, CompressionPlan
 
@@ -26,7 +26,7 @@ def test_a_trial_on_a_named_device_puts_its_models_and_batches_there(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The student, the teacher and every batch of fine-tuning, distillation and
-    validation go to the context's accelerator; the scored model comes back on the CPU,
+    validation go to the setup's accelerator; the scored model comes back on the CPU,
     where it is exported."""
     import frontier.evaluators._accuracy as accuracy
     import frontier.evaluators._base as base
@@ -40,15 +40,15 @@ def test_a_trial_on_a_named_device_puts_its_models_and_batches_there(
         placed.append((type(model).__name__, self.device))
         return accuracy.copy.deepcopy(model)
 
-    monkeypatch.setattr(EvalContext, "placed", place)
+    monkeypatch.setattr(EvalSetup, "placed", place)
     # a placed model reports the device it was placed on; validation follows the model
     monkeypatch.setattr(accuracy, "model_device", lambda model: torch.device("cuda:7"))
     task = DigitsTask(model="mlp")
     teacher = task.baseline()
-    context = EvalContext(task=task, teacher=teacher, accelerator=Accelerator("cuda:7", name="x"))
+    setup = EvalSetup(task=task, teacher=teacher, accelerator=Accelerator("cuda:7", name="x"))
     steps = 5
     model, m = AccuracyEvaluator(fidelity="short", steps=steps).fit(
-        Candidate(CompressionPlan()), context
+        Candidate(CompressionPlan()), setup
     )
     assert 0.5 < m.value <= 1.0
     assert {d for _, d in placed} == {"cuda:7"} and len(placed) == 2  # student, teacher
@@ -57,5 +57,5 @@ def test_a_trial_on_a_named_device_puts_its_models_and_batches_there(
     assert moved.devices == ["cuda:7"] * (steps + 2 * val_batches)
     assert all(p.device.type == "cpu" for p in model.parameters())
     moved.devices.clear()
-    context.proxy_data()
+    setup.proxy_data()
     assert moved.devices and set(moved.devices) == {"cuda:7"}

@@ -197,7 +197,7 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
         **{"tracking.learn_front": False},
     )
     evaluation = Evaluation(config)  # the stored local-cpu table, edge-npu derived from it
-    npu, cpu = evaluation.context.latency["edge-npu"], evaluation.context.latency["local-cpu"]
+    npu, cpu = evaluation.setup.latency["edge-npu"], evaluation.setup.latency["local-cpu"]
     swaps = set()
     for trial in result.study.trials:
         plan = evaluation.plan(trial.user_attrs["plan"])
@@ -243,7 +243,7 @@ def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
     evaluation = Evaluation(config)
     table = evaluation.tables["local-cpu"]
     assert any(r.op_type == "conv-sparse" for r in table.ops())
-    lm = evaluation.context.latency["local-cpu"]
+    lm = evaluation.setup.latency["local-cpu"]
     kinds = set()
     for trial in result.study.trials:
         plan = evaluation.plan(trial.user_attrs["plan"])

@@ -156,7 +156,7 @@ def test_cached_sensitivities_are_priced_again_by_the_tables_as_they_are_now(
     evaluation = Evaluation(load_config(path))
     cache = workdir / "sens.json"
     first = sensitivity(evaluation, rung=0, cache=cache)
-    model = evaluation.context.latency["local-cpu"]
+    model = evaluation.setup.latency["local-cpu"]
     predict = model.predict
     monkeypatch.setattr(
         model,

@@ -56,7 +56,7 @@ class ZeroBias(Technique):
             if name not in linear:
                 raise PlanError(f"techniques.zero-bias: {name!r} is not a Linear layer")
 
-    def apply(self, model: nn.Module, plan: CompressionPlan, context) -> None:
+    def apply(self, model: nn.Module, plan: CompressionPlan, inputs) -> None:
         modules: Mapping[str, nn.Module] = dict(model.named_modules())
         with torch.no_grad():
             for name in self.entry(plan) or []:
