@@ -253,7 +253,7 @@ def in_folder(work: Path) -> Any:
 
 
 def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:
-    from frontier.search import Evaluation, front_frame, load_config, run
+    from frontier.search import TrialRunner, front_frame, load_config, run
     from frontier.search.cli import main as cli
     from frontier.spaces import CompressionPlan, export_onnx
 
@@ -262,7 +262,7 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
     with in_folder(work):
         result = run(config, progress=False)
         search_s = time.perf_counter() - start
-        evaluation = Evaluation(config)
+        evaluation = TrialRunner(config)
         latency = next(m for m in config.metric_names() if m.startswith("latency_ms@"))
         device = latency.partition("@")[2]
         trained = list(evaluation.rungs) != ["proxy"]

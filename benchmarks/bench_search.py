@@ -125,7 +125,7 @@ def overhead(trials: int) -> dict[str, float]:
     """Check 2: cheap evaluations (the proxy rung), so the engine's own cost shows.
 
     The evaluators' cost is measured on its own afterwards: the same plans evaluated
-    again in a plain loop with the same Evaluation. Overhead = (search-loop wall time -
+    again in a plain loop with the same TrialRunner. Overhead = (search-loop wall time -
     that cost) / trials, so work the engine moves to a background thread still counts
     where it slows the evaluations down.
     """

@@ -28,7 +28,6 @@ from ._config import (
     parse_overrides,
 )
 from ._engine import Search, SearchResult, run
-from ._evaluation import Evaluation, TrialResult
 from ._front import Front, TrialRecord
 from ._learning import plan_entries
 from ._mlflow import MlflowCallback
@@ -51,6 +50,7 @@ from ._setup import default_callbacks, plan_latency, task_and_space
 from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
 from ._timing import Timing, promotion_savings
 from ._tracking import Tag, find_search, front_frame, metrics_of
+from ._trials import TrialResult, TrialRunner
 from ._view import SearchAware, SearchView
 
 __all__ = [
@@ -61,7 +61,6 @@ __all__ = [
     "ConfigError",
     "Constraint",
     "Emissions",
-    "Evaluation",
     "Front",
     "Job",
     "MlflowCallback",
@@ -82,6 +81,7 @@ __all__ = [
     "Timing",
     "TrialRecord",
     "TrialResult",
+    "TrialRunner",
     "anchor_params",
     "backend_names",
     "build_sampler",

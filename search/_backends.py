@@ -1,6 +1,6 @@
 """Where trials run: in this process, in N local worker processes, or on a Ray cluster.
 
-Every backend runs the same job (``evaluate_job``: score one plan at one rung) and hands
+Every backend runs the same job (``run_trial``: score one plan at one rung) and hands
 back a ``TrialResult`` or the exception that ended it. The Optuna study stays in the
 driver, which asks, tells and writes MLflow; backends only move work.
 """
@@ -20,15 +20,15 @@ from types import ModuleType
 from typing import Any
 
 from ._config import Config
-from ._evaluation import (
-    Evaluation,
-    TrialResult,
-    evaluate_job,
-    evaluate_ray_job,
-    set_worker_slot,
-)
 from ._registries import BACKENDS, backend_names, register_backend
 from ._storage import SearchError
+from ._trials import (
+    TrialResult,
+    TrialRunner,
+    run_trial,
+    run_trial_on_ray,
+    set_worker_slot,
+)
 
 #: Ray must stay on loopback here; a real cluster's address comes from --address
 LOOPBACK_RAY_IP = "127.0.0.2"
@@ -80,7 +80,7 @@ class InProcess(Backend):
 
     name = "local"
 
-    def __init__(self, evaluation: Evaluation) -> None:
+    def __init__(self, evaluation: TrialRunner) -> None:
         self.evaluation = evaluation
         self._done: dict[int, TrialResult | BaseException] = {}
         self._next = 0
@@ -132,14 +132,10 @@ class LocalProcesses(Backend):
 
     def _start(self, job: Job) -> cf.Future[TrialResult]:
         try:
-            return self._pool.submit(
-                evaluate_job, self.config_json, self.tables, job.plan, job.rung
-            )
+            return self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
         except cf.process.BrokenProcessPool:
             self._pool = self._new_pool()
-            return self._pool.submit(
-                evaluate_job, self.config_json, self.tables, job.plan, job.rung
-            )
+            return self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
 
     def submit(self, job: Job) -> Any:
         return _Attempt(job, self._start(job))
@@ -181,7 +177,7 @@ class RayBackend(Backend):
     Ray retry that task (``max_retries``); an exception the trial raises is its failure.
 
     Args:
-        config_json, tables: what every worker needs to build its Evaluation (once).
+        config_json, tables: what every worker needs to build its TrialRunner (once).
         address: a cluster's address (``ray://`` or ``HOST:PORT``); None starts a local
             Ray pinned to a loopback address.
         cpus_per_trial, gpus_per_trial, max_retries: per task.
@@ -224,7 +220,7 @@ class RayBackend(Backend):
                 ray.init(address="local", _node_ip_address=LOOPBACK_RAY_IP, **kwargs)
         self._remote = ray.remote(
             num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, max_retries=max_retries
-        )(evaluate_ray_job)
+        )(run_trial_on_ray)
         self._config = config_json
         self._tables: Any = ray.put(dict(tables))
         total = ray.cluster_resources().get("CPU", 1.0)
@@ -299,7 +295,7 @@ def check_ray_address(address: str) -> None:
         raise SearchError(f"Ray: the cluster at {address} needs an auth token: {TOKEN_HINT}")
 
 
-def build_backend(config: Config, evaluation: Evaluation) -> Backend:
+def build_backend(config: Config, evaluation: TrialRunner) -> Backend:
     """The backend ``config.backend.kind`` names, for a search scoring with
     ``evaluation``."""
     factory = BACKENDS.get(config.backend.kind)
@@ -311,7 +307,7 @@ def build_backend(config: Config, evaluation: Evaluation) -> Backend:
 
 
 @register_backend("local")
-def _local(config: Config, evaluation: Evaluation) -> Backend:
+def _local(config: Config, evaluation: TrialRunner) -> Backend:
     b = config.backend
     if b.workers > 1:
         return LocalProcesses(config.model_dump_json(), evaluation.tables, b.workers, b.max_retries)
@@ -319,7 +315,7 @@ def _local(config: Config, evaluation: Evaluation) -> Backend:
 
 
 @register_backend("ray")
-def _ray(config: Config, evaluation: Evaluation) -> Backend:
+def _ray(config: Config, evaluation: TrialRunner) -> Backend:
     b = config.backend
     return RayBackend(
         config.model_dump_json(),

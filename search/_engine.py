@@ -16,7 +16,6 @@ from . import _setup as setup
 from ._backends import Backend, Job, Pending, build_backend
 from ._callbacks import Callback
 from ._config import Config, load_config
-from ._evaluation import ACCURACY, TrialResult
 from ._front import Front, JobExport, SearchResult, TrialRecord, plan_key
 from ._log import logger, show_messages
 from ._pareto import Objective
@@ -31,6 +30,7 @@ from ._storage import (
 )
 from ._timing import Timing
 from ._tracking import no_telemetry
+from ._trials import ACCURACY, TrialResult
 from ._watch import Watch
 
 

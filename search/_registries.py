@@ -11,7 +11,7 @@ from frontier.spaces import Registry
 
 #: (population size, seed) -> an Optuna sampler
 SamplerFactory = Callable[[int, int], Any]
-#: (config, the driver's Evaluation) -> a Backend
+#: (config, the driver's TrialRunner) -> a Backend
 BackendFactory = Callable[[Any, Any], Any]
 
 SAMPLERS: Registry[SamplerFactory] = Registry("sampler")

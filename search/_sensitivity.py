@@ -93,7 +93,7 @@ def sensitivity(
     """Score every per-layer choice alone (``choices``) at ``rung``.
 
     Args:
-        evaluation: the search's ``Evaluation`` (task, space, evaluators, tables).
+        evaluation: the search's ``TrialRunner`` (task, space, evaluators, tables).
         rung: the rung to score at (0: the cheapest), or a fidelity name such as
             ``"proxy"`` (no fine-tuning) that the config need not list.
         cache: a JSON file holding results by ``cache_key``; read, and written.

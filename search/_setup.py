@@ -14,7 +14,6 @@ from ._anchors import anchor_params
 from ._backends import check_ray_address, ray_address
 from ._callbacks import Callback, Emissions, progress_callbacks
 from ._config import Config, Constraint
-from ._evaluation import ACCURACY, Evaluation
 from ._log import logger
 from ._mlflow import MlflowCallback
 from ._samplers import build_sampler
@@ -29,6 +28,7 @@ from ._storage import (
     search_folders,
     writable,
 )
+from ._trials import ACCURACY, TrialRunner
 from ._view import SearchAware
 
 
@@ -100,7 +100,7 @@ def check_local_devices(config: Config) -> None:
             device.require()
 
 
-def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
+def prepare(config: Config, store: Any, resume: bool) -> TrialRunner:
     """Check the folders and the Ray address, then build the evaluation; the teacher is
     checked before device tables are measured (a new study only)."""
     for what, folder in search_folders(config).items():
@@ -113,7 +113,7 @@ def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
         check_ray_address(address)
     check_local_devices(config)
     logger.info("building the %s task and space ...", config.name)
-    evaluation = Evaluation(config, store=store, check_teacher=not resume)
+    evaluation = TrialRunner(config, store=store, check_teacher=not resume)
     for w in evaluation.warnings:
         logger.warning(w)
     for note in evaluation.notes:
@@ -123,7 +123,7 @@ def prepare(config: Config, store: Any, resume: bool) -> Evaluation:
 
 def open_study(
     config: Config,
-    evaluation: Evaluation,
+    evaluation: TrialRunner,
     sampler: Any,
     resume: bool,
     initial: list[dict[str, Any]],
@@ -142,7 +142,7 @@ def open_study(
 def _study(
     config: Config,
     study_store: StudyStore,
-    evaluation: Evaluation,
+    evaluation: TrialRunner,
     sampler: Any,
     resume: bool,
     initial: list[dict[str, Any]],
@@ -163,7 +163,7 @@ def _study(
 
 
 def baseline(
-    study: Any, evaluation: Evaluation, constraints: list[Constraint]
+    study: Any, evaluation: TrialRunner, constraints: list[Constraint]
 ) -> tuple[dict[str, float], list[Constraint]]:
     """The uncompressed model's values (measured once, kept in the study) and the
     constraints resolved against them; both printed, with a warning where a latency
@@ -195,7 +195,7 @@ def baseline(
     return values, resolved
 
 
-def under_trained(evaluation: Evaluation, plan: Mapping[str, Any], rung: int, value: float) -> str:
+def under_trained(evaluation: TrialRunner, plan: Mapping[str, Any], rung: int, value: float) -> str:
     """The hint for a baseline the uncompressed ``plan`` beats at ``rung`` (a rung that
     trains) by more than the validation split's noise (two binomial standard errors,
     at least 0.005), or "": such a baseline is under-trained, which matters more than
@@ -264,7 +264,7 @@ def slow_pruning(space: Any, latency: Mapping[str, Any], model: Any) -> list[str
     return out
 
 
-def warm_up(evaluation: Evaluation) -> None:
+def warm_up(evaluation: TrialRunner) -> None:
     """Distillation's soft targets, once in the driver with every core, before workers
     start (a task caches them; each worker would otherwise make its own)."""
     if ACCURACY in evaluation.metrics and evaluation.rungs != ["proxy"]:

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler
 
-from ._evaluation import ACCURACY, _quiet
 from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
+from ._trials import ACCURACY, _quiet
 from ._view import SearchAware, SearchView
 
 

@@ -11,17 +11,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ._config import Config, Constraint
-    from ._evaluation import Evaluation
     from ._front import Front, TrialRecord
     from ._pareto import Objective
     from ._storage import StudyStore
+    from ._trials import TrialRunner
 
 
 class SearchView(Protocol):
     """A running search, as its callbacks and samplers see it (``Search`` is one)."""
 
     config: Config
-    evaluation: Evaluation
+    evaluation: TrialRunner
     objectives: list[Objective]
     constraints: list[Constraint]
     #: the uncompressed model's values

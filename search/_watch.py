@@ -8,9 +8,9 @@ import re
 from typing import Any
 
 from . import _setup as setup
-from ._evaluation import ACCURACY
 from ._log import logger
 from ._storage import SearchError
+from ._trials import ACCURACY
 
 #: a run whose first this many trials (or promotions to one rung) fail with one error
 #: stops (exit 2; ``--resume`` after the fix)

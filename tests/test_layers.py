@@ -32,7 +32,7 @@ TIERS: dict[str, list[str]] = {
         "_tracking",
         "_config _learning",
         "_accelerator _front _results",
-        "_evaluation _promotion _storage",
+        "_trials _promotion _storage",
         "_backends _view",
         "_callbacks _savings _sensitivity _surrogate",
         "_mlflow _samplers",

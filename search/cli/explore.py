@@ -189,8 +189,8 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
     from frontier.experiments import cache_dir
 
     from .._backends import LocalProcesses
-    from .._evaluation import Evaluation
     from .._sensitivity import plot, sensitivity
+    from .._trials import TrialRunner
 
     config = load(args.config).override({"search.seed": args.seed})
     workers = config.backend.workers if args.workers is None else args.workers
@@ -198,7 +198,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers must be at least 1, got {workers}")
     out = writable(Path(args.out), "the sensitivity table (--out)")
     writable(cache_dir(), "the sensitivity cache ($FRONTIER_CACHE_DIR)")
-    evaluation = Evaluation(config)
+    evaluation = TrialRunner(config)
     if args.rung not in evaluation.rungs:
         raise UsageError(f"--rung must be one of the config's rungs {evaluation.rungs}")
     rung = args.rung  # by name: every metric at that fidelity, on any worker

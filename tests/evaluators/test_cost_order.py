@@ -7,7 +7,7 @@ def test_a_trial_counts_its_costs_once(tmp_path, monkeypatch) -> None:
     """Size first and MACs after it in the config: the model the accuracy was measured
     on is counted once, MACs included, and the size read from that count."""
     import frontier.evaluators._base as base
-    from frontier.search import Evaluation, load_config
+    from frontier.search import TrialRunner, load_config
 
     path = tmp_path / "order.yaml"
     path.write_text(
@@ -17,7 +17,7 @@ def test_a_trial_counts_its_costs_once(tmp_path, monkeypatch) -> None:
         "objectives: [{name: accuracy, options: {steps: 2}}, size_bytes, macs]\n"
         "search: {fidelity: {rungs: [short]}}\n"
     )
-    evaluation = Evaluation(load_config(path))
+    evaluation = TrialRunner(load_config(path))
     counts: list[bool] = []
     count = base.model_cost
     monkeypatch.setattr(

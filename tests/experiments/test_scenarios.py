@@ -186,7 +186,7 @@ def _elements(key: str, field: str) -> int:
 def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from frontier.search import Evaluation
+    from frontier.search import TrialRunner
 
     result, config = _tiny_search(
         "unsupported-op",
@@ -196,7 +196,7 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
         # the stored table must price as the search did: its front does not join it
         **{"tracking.learn_front": False},
     )
-    evaluation = Evaluation(config)  # the stored local-cpu table, edge-npu derived from it
+    evaluation = TrialRunner(config)  # the stored local-cpu table, edge-npu derived from it
     npu, cpu = evaluation.setup.latency["edge-npu"], evaluation.setup.latency["local-cpu"]
     swaps = set()
     for trial in result.study.trials:
@@ -232,7 +232,7 @@ def test_unsupported_op_pays_fallback_and_transfers_and_the_swap_is_searched(
 def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from frontier.search import Evaluation
+    from frontier.search import TrialRunner
 
     result, config = _tiny_search(
         "sparse-vs-structured",
@@ -240,7 +240,7 @@ def test_sparse_vs_structured_prices_sparsity_by_the_csr_kernel(
         monkeypatch,
         local_table={"calibration": 0, "round_s": 0.01},
     )
-    evaluation = Evaluation(config)
+    evaluation = TrialRunner(config)
     table = evaluation.tables["local-cpu"]
     assert any(r.op_type == "conv-sparse" for r in table.ops())
     lm = evaluation.setup.latency["local-cpu"]

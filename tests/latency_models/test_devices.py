@@ -85,10 +85,10 @@ def test_a_new_device_kind_is_one_registration(monkeypatch, mlp_setup, tmp_path)
     ms = measure_local(whole_model_bytes(model, CompressionPlan(), x), device=device)
     assert ms > 0 and CountingBackend.opened == opened + 1
     # ... and a search resolves it as a device measured here: the stored table
-    from frontier.search import Evaluation, parse_config
+    from frontier.search import TrialRunner, parse_config
 
     config = parse_config({**CONFIG, "devices": ["local-counted"]})
-    evaluation = Evaluation(config, store=store)
+    evaluation = TrialRunner(config, store=store)
     assert evaluation.tables["local-counted"].rows == store.load("local-counted").rows
     assert CountingBackend.opened == opened + 1  # found, not measured again
 

@@ -145,7 +145,7 @@ def _kill_one_busy_worker(temp: Path, stop: threading.Event, killed: list[int]) 
     while not stop.is_set() and not killed:
         for p in ray_node_processes(temp):
             try:
-                busy = " ".join(p.cmdline()).startswith("ray::evaluate_")
+                busy = " ".join(p.cmdline()).startswith("ray::run_trial")
             except psutil.Error:
                 continue
             if busy:

@@ -94,7 +94,7 @@ def _lose_the_node_mid_trial(
     while not stop.is_set():
         for p in ray_node_processes(temp):
             try:
-                busy = " ".join(p.cmdline()).startswith("ray::evaluate_")
+                busy = " ".join(p.cmdline()).startswith("ray::run_trial")
             except psutil.Error:
                 continue
             if busy and time.monotonic() - busy_since.setdefault(p.pid, time.monotonic()) > 0.3:

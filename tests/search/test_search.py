@@ -84,12 +84,12 @@ def test_front_models_come_from_the_jobs_not_a_second_fine_tune(
 ) -> None:
     # at training rungs the job that scored a plan exports its model; the driver never
     # fine-tunes a front member again (that doubled a trial's cost)
-    from frontier.search import Evaluation
+    from frontier.search import TrialRunner
 
     def refit(*_: object) -> None:
         raise AssertionError("the driver fine-tuned a front member again")
 
-    monkeypatch.setattr(Evaluation, "scored_model", refit)
+    monkeypatch.setattr(TrialRunner, "scored_model", refit)
     path = write_config(search={"fidelity": {"rungs": ["short", "full"], "promote": 0.5}})
     search = Search(path, progress=False)
     assert math.isnan(search.hypervolume)  # no front before run, and no AttributeError

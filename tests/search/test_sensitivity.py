@@ -10,10 +10,10 @@ from frontier.search.cli import main
 
 
 def test_every_per_layer_choice_is_scored_alone_and_cached(write_config, workdir, capsys) -> None:
-    from frontier.search import Evaluation, load_config, sensitivity
+    from frontier.search import TrialRunner, load_config, sensitivity
     from frontier.search import sensitivity_choices as choices
 
-    evaluation = Evaluation(load_config(write_config()))
+    evaluation = TrialRunner(load_config(write_config()))
     wanted = choices(evaluation.space)
     # prune ratios 0.5 and 0.75 per group, weight bits 4 and 8 per layer; no act bits (32)
     groups, layers = len(evaluation.space.groups), len(evaluation.space.layers)
@@ -119,11 +119,11 @@ def test_a_search_records_its_sensitivity_and_a_resume_reuses_it(write_config, w
 def test_the_search_s_workers_score_the_sensitivity_pass(write_config, workdir) -> None:
     """With two local workers the pass runs on them (the driver scores nothing) and
     gives the rows one process gives."""
-    from frontier.search import Evaluation, load_config, sensitivity
+    from frontier.search import TrialRunner, load_config, sensitivity
     from frontier.search._backends import LocalProcesses
 
     config = load_config(write_config(backend={"workers": 2}))
-    evaluation = Evaluation(config)
+    evaluation = TrialRunner(config)
     alone = sensitivity(evaluation, rung="short")
     backend = LocalProcesses(config.model_dump_json(), evaluation.tables, workers=2)
     seen: list[int] = []
@@ -150,10 +150,10 @@ def test_cached_sensitivities_are_priced_again_by_the_tables_as_they_are_now(
     sizes are read, the latencies priced again by the table as it is now."""
     import dataclasses
 
-    from frontier.search import Evaluation, load_config, sensitivity
+    from frontier.search import TrialRunner, load_config, sensitivity
 
     path = write_config(objectives=["accuracy", "latency_ms@local-cpu", "size_bytes"])
-    evaluation = Evaluation(load_config(path))
+    evaluation = TrialRunner(load_config(path))
     cache = workdir / "sens.json"
     first = sensitivity(evaluation, rung=0, cache=cache)
     model = evaluation.setup.latency["local-cpu"]

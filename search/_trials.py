@@ -79,8 +79,9 @@ def _quiet() -> Any:
     return quiet_root_logger()
 
 
-class Evaluation:
-    """Scores plans of one config's space.
+class TrialRunner:
+    """Runs the trials of one config's space: applies a plan, fine-tunes it at a rung
+    and scores it by each objective's evaluator (``run_job``), and exports it.
 
     Args:
         config: the search config.
@@ -489,7 +490,7 @@ def driver_accelerator(config: Config) -> Accelerator:
 
 #: this worker process's slot (``LocalProcesses`` numbers its workers 0, 1, ...)
 _WORKER_SLOT = [0]
-_WORKER_CACHE: dict[tuple[str, Accelerator], Evaluation] = {}
+_WORKER_CACHE: dict[tuple[str, Accelerator], TrialRunner] = {}
 
 
 def set_worker_slot(counter: Any) -> None:
@@ -505,7 +506,7 @@ def _worker_config(config_json: str) -> Config:
     return config_from_json(config_json, source="the worker's config")
 
 
-def evaluate_job(
+def run_trial(
     config_json: str,
     tables: Mapping[str, Any],
     plan: dict[str, Any],
@@ -515,7 +516,7 @@ def evaluate_job(
 ) -> TrialResult:
     """The unit of work a worker runs: score one plan, on the accelerator this worker
     resolves (``gpus``: how many GPUs it may use; None: every one PyTorch sees). The
-    Evaluation is built once per worker process, config and accelerator, then reused."""
+    TrialRunner is built once per worker process, config and accelerator, then reused."""
     config = _worker_config(config_json)
     b = config.backend
     found = resolve(
@@ -527,19 +528,19 @@ def evaluate_job(
     )
     evaluation = _WORKER_CACHE.get((config_json, found))
     if evaluation is None:
-        evaluation = Evaluation(config, tables, accelerator=found)
+        evaluation = TrialRunner(config, tables, accelerator=found)
         _WORKER_CACHE.clear()
         _WORKER_CACHE[(config_json, found)] = evaluation
     return evaluation.run_job(plan, rung)
 
 
-def evaluate_ray_job(
+def run_trial_on_ray(
     config_json: str, tables: Mapping[str, Any], plan: dict[str, Any], rung: int | str
 ) -> TrialResult:
-    """``evaluate_job`` as a Ray task, on the GPU Ray assigned to it (none where
+    """``run_trial`` as a Ray task, on the GPU Ray assigned to it (none where
     ``backend.gpus_per_trial`` is 0): the result says which node scored it."""
     import ray
 
-    result = evaluate_job(config_json, tables, plan, rung, gpus=ray_gpus())
+    result = run_trial(config_json, tables, plan, rung, gpus=ray_gpus())
     result.node = ray.util.get_node_ip_address()
     return result
