@@ -69,7 +69,8 @@ def test_multi_device_one_search_a_front_per_device(
     # the parent run says how each device's table predicts
     import mlflow
 
-    client = mlflow.MlflowClient()
+    # the search's own database, not whatever URI an earlier test left in the process
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     local = client.download_artifacts(result.mlflow_run_id, "device_tables.json", str(tmp_path))
     quality = json.loads(Path(local).read_text())
     assert set(quality) == {"local-cpu", "local-cpu-2t"}

@@ -176,7 +176,8 @@ def test_a_front_measured_on_a_remote_device_lands_on_its_trials(
         assert stored[key_of[run_id]] == pytest.approx(ms)
     from mlflow import MlflowClient
 
-    logged = MlflowClient().get_run(parent).data.metrics
+    tracking = f"sqlite:///{Path.cwd() / 'mlflow.db'}"  # the search's, not global state
+    logged = MlflowClient(tracking_uri=tracking).get_run(parent).data.metrics
     assert logged["baseline_latency_measured_ms/edge-box"] == pytest.approx(timed[parent])
     assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
