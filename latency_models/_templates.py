@@ -201,187 +201,160 @@ def _fix_batch(graph: Any, batch_size: int) -> None:
 def templates_from_onnx(proto: Any, space: SearchSpace, *, follow_groups: bool = True) -> Templates:
     """Op templates of an ONNX graph exported from the model ``space`` was discovered on
     (``follow_groups``: channel counts follow the space's prunable groups)."""
-    from onnx import numpy_helper
-
-    graph = proto.graph
-    inits = {i.name: tuple(i.dims) for i in graph.initializer}
-    values: dict[str, Any] = {
-        i.name: numpy_helper.to_array(i) for i in graph.initializer if math.prod(i.dims) <= 64
-    }
-    for node in graph.node:
-        if node.op_type == "Identity" and node.input[0] in inits:  # aliased weights
-            inits[node.output[0]] = inits[node.input[0]]
-            if node.input[0] in values:
-                values[node.output[0]] = values[node.input[0]]
-        if node.op_type == "Constant":
-            for a in node.attribute:
-                if a.name == "value":
-                    values[node.output[0]] = numpy_helper.to_array(a.t)
-                    inits[node.output[0]] = tuple(a.t.dims)
-    shapes: dict[str, tuple[int, ...]] = {}
-    not_float: set[str] = set()  # token ids, masks: int and bool tensors
-    for vi in [*graph.input, *graph.value_info, *graph.output]:
-        shapes[vi.name] = _shape(vi)
-        if vi.type.tensor_type.elem_type not in (0, 1):  # 1: FLOAT (0: unknown)
-            not_float.add(vi.name)
-    # tensors that hold shapes (Shape and what is computed from it alone): the graph's
-    # shape arithmetic, which costs nothing worth pricing
-    shape_like: set[str] = set()
     member_of = {m: g.name for g in space.groups for m in g.members} if follow_groups else {}
-    exprs: dict[str, Expr] = {}
-    for vi in graph.input:
-        if vi.name not in inits:
-            exprs[vi.name] = Expr((), _channels(shapes[vi.name]))
-    producer: dict[str, int] = {}  # tensor -> index of the op that computes it
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    walk = _Walk(_Graph.of(proto.graph), member_of)
+    for node in proto.graph.node:
+        walk.visit(node)
+    group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups if follow_groups}
+    return Templates(ops=walk.ops, group_channels=group_channels)
 
-    def tensor(name: str) -> TensorT:
-        shape = shapes.get(name, inits.get(name, ()))
-        ch = exprs.get(name)
+
+@dataclass
+class _Graph:
+    """An exported graph, indexed for ``_Walk``: each initializer's shape, the values of
+    small constants, each tensor's shape, the tensors that are not float (token ids,
+    masks) and each tensor's consumers."""
+
+    inits: dict[str, tuple[int, ...]]
+    values: dict[str, Any]
+    shapes: dict[str, tuple[int, ...]]
+    not_float: set[str]
+    consumers: dict[str, list[Any]]
+    inputs: list[str]
+
+    @staticmethod
+    def of(graph: Any) -> _Graph:
+        from onnx import numpy_helper
+
+        inits = {i.name: tuple(i.dims) for i in graph.initializer}
+        values: dict[str, Any] = {
+            i.name: numpy_helper.to_array(i) for i in graph.initializer if math.prod(i.dims) <= 64
+        }
+        for node in graph.node:
+            if node.op_type == "Identity" and node.input[0] in inits:  # aliased weights
+                inits[node.output[0]] = inits[node.input[0]]
+                if node.input[0] in values:
+                    values[node.output[0]] = values[node.input[0]]
+            if node.op_type == "Constant":
+                for a in node.attribute:
+                    if a.name == "value":
+                        values[node.output[0]] = numpy_helper.to_array(a.t)
+                        inits[node.output[0]] = tuple(a.t.dims)
+        shapes: dict[str, tuple[int, ...]] = {}
+        not_float: set[str] = set()
+        for vi in [*graph.input, *graph.value_info, *graph.output]:
+            shapes[vi.name] = _shape(vi)
+            if vi.type.tensor_type.elem_type not in (0, 1):  # 1: FLOAT (0: unknown)
+                not_float.add(vi.name)
+        consumers: dict[str, list[Any]] = {}
+        for node in graph.node:
+            for name in node.input:
+                consumers.setdefault(name, []).append(node)
+        inputs = [vi.name for vi in graph.input if vi.name not in inits]
+        return _Graph(inits, values, shapes, not_float, consumers, inputs)
+
+
+class _Walk:
+    """One pass over a graph's nodes in order, cutting them into op templates: each
+    tensor's channel expression (``exprs``) and the op that computes it (``producer``)
+    are known by the time a node reads it."""
+
+    def __init__(self, graph: _Graph, member_of: dict[str, str]) -> None:
+        self.g, self.member_of = graph, member_of
+        self.exprs = {name: Expr((), _channels(graph.shapes[name])) for name in graph.inputs}
+        self.producer: dict[str, int] = {}  # tensor -> index of the op that computes it
+        # tensors that hold shapes (Shape and what is computed from it alone): the
+        # graph's shape arithmetic, which costs nothing worth pricing
+        self.shape_like: set[str] = set()
+        self.absorbed: set[str] = set()  # nodes fused into an op before them
+        self.ops: list[OpTemplate] = []
+
+    def tensor(self, name: str) -> TensorT:
+        shape = self.g.shapes.get(name, self.g.inits.get(name, ()))
+        ch = self.exprs.get(name)
         if ch is None:
             ch = Expr((), _channels(shape))
         return TensorT(shape, ch)
 
-    ops: list[OpTemplate] = []
-    absorbed: set[str] = set()
-    for node in graph.node:
-        if node.name in absorbed:
-            continue
-        attrs = tuple(sorted((a.name, _attr_value(a)) for a in node.attribute))
-        data_inputs = [i for i in node.input if i and i not in inits]
+    def visit(self, node: Any) -> None:
+        """Cut ``node`` into an op template, or pass its channels through where it is
+        shape arithmetic, an int/bool op, or has no data input."""
+        if node.name in self.absorbed:
+            return
+        g = self.g
+        data_inputs = [i for i in node.input if i and i not in g.inits]
         if node.op_type == "Shape" or (
             data_inputs
-            and all(i in shape_like for i in data_inputs)
-            and all(len(shapes.get(o, (0, 0))) <= 1 for o in node.output)
+            and all(i in self.shape_like for i in data_inputs)
+            and all(len(g.shapes.get(o, (0, 0))) <= 1 for o in node.output)
         ):
-            shape_like.update(node.output)
-            continue
+            self.shape_like.update(node.output)
+            return
         reshape_to = None
-        if node.op_type == "Reshape" and len(data_inputs) == 2 and data_inputs[1] in shape_like:
+        if (
+            node.op_type == "Reshape"
+            and len(data_inputs) == 2
+            and data_inputs[1] in self.shape_like
+        ):
             # a shape computed in the graph: the op reshapes to its (known) output shape
             data_inputs = data_inputs[:1]
-            reshape_to = shapes.get(node.output[0], ())
+            reshape_to = g.shapes.get(node.output[0], ())
         skip = node.op_type in _SKIP or any(
-            t in not_float for t in (*data_inputs, *node.output)
+            t in g.not_float for t in (*data_inputs, *node.output)
         )  # int/bool ops: token ids and attention masks, tiny beside the float ops
         if skip or not data_inputs:
-            for out in node.output:
-                same_rank = data_inputs and len(shapes.get(data_inputs[0], ())) == len(
-                    shapes.get(out, ())
-                )
-                if same_rank and data_inputs[0] in exprs:
-                    exprs[out] = exprs[data_inputs[0]]
-                if data_inputs and data_inputs[0] in producer:
-                    producer[out] = producer[data_inputs[0]]
-            continue
-        first = data_inputs[0]
-        in_t = tensor(first)
+            self._pass_through(node, data_inputs)
+            return
+        self._add_op(node, data_inputs, reshape_to)
+
+    def _pass_through(self, node: Any, data_inputs: list[str]) -> None:
+        for out in node.output:
+            same_rank = data_inputs and len(self.g.shapes.get(data_inputs[0], ())) == len(
+                self.g.shapes.get(out, ())
+            )
+            if same_rank and data_inputs[0] in self.exprs:
+                self.exprs[out] = self.exprs[data_inputs[0]]
+            if data_inputs and data_inputs[0] in self.producer:
+                self.producer[out] = self.producer[data_inputs[0]]
+
+    def _add_op(self, node: Any, data_inputs: list[str], reshape_to: Any) -> None:
+        g = self.g
+        attrs = tuple(sorted((a.name, _attr_value(a)) for a in node.attribute))
+        in_t = self.tensor(data_inputs[0])
         out_name = node.output[0]
-        out_shape = shapes.get(out_name, ())
+        out_shape = g.shapes.get(out_name, ())
         groups: Expr | None = None
         kernel: tuple[int, ...] = ()
         module = ""
-        weighted = node.op_type in WEIGHTED and node.input[1] in inits
+        weighted = node.op_type in WEIGHTED and node.input[1] in g.inits
         if weighted:
             module = onnx_module_name(node.name)
-            weight = inits[node.input[1]]
+            weight = g.inits[node.input[1]]
             if node.op_type == "Conv":
-                g = int(dict(attrs).get("group", 1))
+                n_groups = int(dict(attrs).get("group", 1))
                 kernel = tuple(weight[2:])
-                if g > 1 and weight[1] == 1 and weight[0] == g:
+                if n_groups > 1 and weight[1] == 1 and weight[0] == n_groups:
                     out_expr, groups = in_t.channels, in_t.channels  # depthwise
                 else:
-                    out_expr = (
-                        Expr.of_group(member_of[module])
-                        if module in member_of
-                        else (Expr((), weight[0]))
-                    )
-                    groups = Expr((), g)
+                    out_expr = self._weighted_out(module, weight[0])
+                    groups = Expr((), n_groups)
             else:
-                out_features = out_shape[-1] if out_shape else weight[0]
-                out_expr = (
-                    Expr.of_group(member_of[module])
-                    if module in member_of
-                    else Expr((), out_features)
-                )
-        elif node.op_type == "Concat":
-            out_expr = Expr()
-            for name in data_inputs:
-                out_expr = out_expr + tensor(name).channels
-        elif node.op_type in ("Flatten", "Reshape") and len(out_shape) == 2 and len(in_t.shape) > 2:
-            out_expr = in_t.channels.scale(math.prod(in_t.shape[2:]))
-        elif node.op_type in ("Reshape", "Transpose", "MatMul"):
-            out_expr = Expr((), _channels(out_shape) if out_shape else 1)
-        elif (
-            node.op_type.startswith("Reduce")
-            and out_shape
-            and _channels(out_shape) != _channels(in_t.shape)
-        ):  # reduced over the channel axis (a mask's token count): a constant
-            out_expr = Expr((), _channels(out_shape))
+                out_expr = self._weighted_out(module, out_shape[-1] if out_shape else weight[0])
         else:
-            out_expr = in_t.channels
-        exprs[out_name] = out_expr
-        inputs = [tensor(name) for name in data_inputs]
-        sources = [producer.get(name, -1) for name in data_inputs]
-        # a weightless op's constant inputs: small ones by value, larger ones (a
-        # LayerNorm's scale and bias) by shape only, their values drawn when built
-        consts = tuple(
-            (
-                pos,
-                tuple(inits[name]),
-                tuple(float(v) for v in values[name].ravel()) if name in values else (),
-            )
-            for pos, name in enumerate(node.input)
-            if not weighted and (name in values or name in inits)
-        )
-        if reshape_to is not None:
-            consts = ((1, (len(reshape_to),), tuple(float(v) for v in reshape_to)),)
+            out_expr = self._out_channels(node, data_inputs, in_t, out_shape)
+        self.exprs[out_name] = out_expr
+        inputs = [self.tensor(name) for name in data_inputs]
+        sources = [self.producer.get(name, -1) for name in data_inputs]
+        consts = self._consts(node, weighted, reshape_to)
         fused: list[str] = []
         names = [node.name, *node.output]
         outputs = list(node.output)
         act_attrs: tuple[tuple[str, Any], ...] = ()
         if weighted:
-            # Follow the runtime's fusion: [residual Add] then [activation].
-            current = out_name
-            for _ in range(2):
-                users = consumers.get(current, [])
-                if len(users) != 1:
-                    break
-                nxt = users[0]
-                if nxt.op_type == "Add" and "Add" not in fused and not fused:
-                    other = [i for i in nxt.input if i != current]
-                    # The Add joins the later of its two producers: the other input
-                    # must be known already (a ResNet block's conv3 and downsample
-                    # both feed one Add; only the second can take it).
-                    if len(other) != 1 or other[0] in inits or other[0] not in exprs:
-                        break
-                    inputs.append(tensor(other[0]))
-                    sources.append(producer.get(other[0], -1))
-                elif nxt.op_type in FUSED_ACTIVATIONS and not any(
-                    f in FUSED_ACTIVATIONS for f in fused
-                ):
-                    act_attrs = tuple(sorted((a.name, _attr_value(a)) for a in nxt.attribute))
-                    if nxt.op_type == "Clip":  # bounds are constant inputs in opset >= 11
-                        bounds = [float(values[i]) if i in values else None for i in nxt.input[1:3]]
-                        act_attrs = tuple(
-                            (k, v)
-                            for k, v in zip(("min", "max"), bounds, strict=False)
-                            if v is not None
-                        )
-                else:
-                    break
-                fused.append(nxt.op_type)
-                names += [nxt.name, *nxt.output]
-                outputs += nxt.output
-                absorbed.add(nxt.name)
-                exprs[nxt.output[0]] = out_expr
-                current = nxt.output[0]
+            act_attrs = self._fuse(out_name, out_expr, inputs, sources, fused, names, outputs)
         for name in outputs:
-            producer[name] = len(ops)
-        ops.append(
+            self.producer[name] = len(self.ops)
+        self.ops.append(
             OpTemplate(
                 op_type=node.op_type,
                 inputs=tuple(inputs),
@@ -398,5 +371,98 @@ def templates_from_onnx(proto: Any, space: SearchSpace, *, follow_groups: bool =
                 weighted=weighted,
             )
         )
-    group_channels = {g.name: (g.channels, g.channel_groups) for g in space.groups if follow_groups}
-    return Templates(ops=ops, group_channels=group_channels)
+
+    def _weighted_out(self, module: str, channels: int) -> Expr:
+        """A Conv/Gemm's output channels: its group's kept count where it is prunable."""
+        if module in self.member_of:
+            return Expr.of_group(self.member_of[module])
+        return Expr((), channels)
+
+    def _out_channels(
+        self, node: Any, data_inputs: list[str], in_t: TensorT, out_shape: tuple[int, ...]
+    ) -> Expr:
+        """A weightless op's output channels, from its inputs'."""
+        if node.op_type == "Concat":
+            out_expr = Expr()
+            for name in data_inputs:
+                out_expr = out_expr + self.tensor(name).channels
+            return out_expr
+        if node.op_type in ("Flatten", "Reshape") and len(out_shape) == 2 and len(in_t.shape) > 2:
+            return in_t.channels.scale(math.prod(in_t.shape[2:]))
+        if node.op_type in ("Reshape", "Transpose", "MatMul"):
+            return Expr((), _channels(out_shape) if out_shape else 1)
+        if (
+            node.op_type.startswith("Reduce")
+            and out_shape
+            and _channels(out_shape) != _channels(in_t.shape)
+        ):  # reduced over the channel axis (a mask's token count): a constant
+            return Expr((), _channels(out_shape))
+        return in_t.channels
+
+    def _consts(self, node: Any, weighted: bool, reshape_to: Any) -> tuple[Any, ...]:
+        """A weightless op's constant inputs: small ones by value, larger ones (a
+        LayerNorm's scale and bias) by shape only, their values drawn when built."""
+        if reshape_to is not None:
+            return ((1, (len(reshape_to),), tuple(float(v) for v in reshape_to)),)
+        g = self.g
+        return tuple(
+            (
+                pos,
+                tuple(g.inits[name]),
+                tuple(float(v) for v in g.values[name].ravel()) if name in g.values else (),
+            )
+            for pos, name in enumerate(node.input)
+            if not weighted and (name in g.values or name in g.inits)
+        )
+
+    def _fuse(
+        self,
+        out_name: str,
+        out_expr: Expr,
+        inputs: list[TensorT],
+        sources: list[int],
+        fused: list[str],
+        names: list[str],
+        outputs: list[str],
+    ) -> tuple[tuple[str, Any], ...]:
+        """Follow the runtime's fusion after a Conv/Gemm: [residual Add] then
+        [activation]; each absorbed node extends ``fused``, ``names`` and ``outputs``
+        (and the Add's other input ``inputs`` and ``sources``). Returns the activation's
+        attributes."""
+        g = self.g
+        act_attrs: tuple[tuple[str, Any], ...] = ()
+        current = out_name
+        for _ in range(2):
+            users = g.consumers.get(current, [])
+            if len(users) != 1:
+                break
+            nxt = users[0]
+            if nxt.op_type == "Add" and "Add" not in fused and not fused:
+                other = [i for i in nxt.input if i != current]
+                # The Add joins the later of its two producers: the other input
+                # must be known already (a ResNet block's conv3 and downsample
+                # both feed one Add; only the second can take it).
+                if len(other) != 1 or other[0] in g.inits or other[0] not in self.exprs:
+                    break
+                inputs.append(self.tensor(other[0]))
+                sources.append(self.producer.get(other[0], -1))
+            elif nxt.op_type in FUSED_ACTIVATIONS and not any(
+                f in FUSED_ACTIVATIONS for f in fused
+            ):
+                act_attrs = tuple(sorted((a.name, _attr_value(a)) for a in nxt.attribute))
+                if nxt.op_type == "Clip":  # bounds are constant inputs in opset >= 11
+                    bounds = [float(g.values[i]) if i in g.values else None for i in nxt.input[1:3]]
+                    act_attrs = tuple(
+                        (k, v)
+                        for k, v in zip(("min", "max"), bounds, strict=False)
+                        if v is not None
+                    )
+            else:
+                break
+            fused.append(nxt.op_type)
+            names += [nxt.name, *nxt.output]
+            outputs += nxt.output
+            self.absorbed.add(nxt.name)
+            self.exprs[nxt.output[0]] = out_expr
+            current = nxt.output[0]
+        return act_attrs
