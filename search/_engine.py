@@ -35,7 +35,9 @@ from ._watch import Watch
 
 
 class Search:
-    """One search: build it from a config, then ``run()``.
+    """One search: build it from a config (which builds the task, its trained baseline,
+    the space, the evaluators and the device tables), then ``run()`` (which opens the
+    study and runs its trials).
 
     Args:
         config: a ``Config``, a path or a built-in name.
@@ -94,6 +96,18 @@ class Search:
         self.timing = Timing()
         self.generation = 0
         self._exhausted = False
+        #: what runs trials (the task, its trained baseline, the space, the evaluators and
+        #: device tables), built here: a search fails on a bad config or a missing device
+        #: before ``run``, and training a baseline or measuring a table happens once
+        self.evaluation = setup.prepare(self.config, store, resume)
+        self.watch = Watch(self.evaluation)
+        self.objectives: list[Objective] = self.evaluation.objectives()
+        #: the study, its name and the baseline's values in it: ``run`` opens it (its
+        #: storage is locked for this driver while it runs)
+        self.study: Any = None
+        self.study_name = ""
+        self.baseline: dict[str, float] = {}
+        self.front = Front(self.records, self.objectives, self.constraints)
         self._held: StudyStore | None = None  # the storage whose lock this search holds
 
     # -- state callbacks read ---------------------------------------------------------------
@@ -105,8 +119,16 @@ class Search:
     @property
     def hypervolume(self) -> float:
         """The front's normalised hypervolume; NaN before ``run`` has a front."""
-        front = getattr(self, "front", None)
-        return front.hypervolume(self.baseline) if front is not None else float("nan")
+        if not self.baseline:
+            return float("nan")
+        return self.front.hypervolume(self.baseline)
+
+    @property
+    def study_store(self) -> StudyStore:
+        """The study's storage, which ``run`` opens and locks for this driver."""
+        if self._held is None:
+            raise RuntimeError("the study's storage is opened by run()")
+        return self._held
 
     def _notify(self, hook: str, *args: Any) -> None:
         for cb in self.callbacks:
@@ -114,10 +136,9 @@ class Search:
 
     # -- set-up -----------------------------------------------------------------------------
     def _open(self) -> None:
-        self.study_store, self.study = setup.open_study(
+        self._held, self.study = setup.open_study(
             self.config, self.evaluation, self.sampler, self.resume, self.initial
         )
-        self._held = self.study_store
         self.study_name = self.study.study_name
         self.records = restore(self.study)
         self.baseline, self.constraints = setup.baseline(
@@ -132,9 +153,6 @@ class Search:
     def run(self) -> SearchResult:
         """Run the search to its trial budget; returns its result."""
         cfg = self.config
-        self.evaluation = setup.prepare(cfg, self.store, self.resume)
-        self.watch = Watch(self.evaluation)
-        self.objectives: list[Objective] = self.evaluation.objectives()
         try:
             self._open()
             setup.warm_up(self.evaluation)
