@@ -33,6 +33,7 @@ TIERS: dict[str, list[str]] = {
         "_config _learning",
         "_accelerator _front _results",
         "_trials _promotion _storage",
+        "_workers",
         "_backends _view",
         "_callbacks _savings _sensitivity _surrogate",
         "_mlflow _samplers",
