@@ -20,13 +20,13 @@ from ._callbacks import Callback, Emissions, ProgressBar, ProgressLines
 from ._config import (
     Config,
     ConfigError,
-    Constraint,
     TaskSection,
     import_plugins,
     load_config,
     parse_config,
     parse_overrides,
 )
+from ._constraints import Constraint
 from ._engine import Search, SearchResult, run
 from ._front import Front, TrialRecord
 from ._learning import plan_entries

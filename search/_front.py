@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ._config import Constraint
+from ._constraints import Constraint
 from ._pareto import Objective, hypervolume, pareto_mask
 
 

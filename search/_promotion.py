@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config import Constraint
+from ._constraints import Constraint
 from ._front import Front
 from ._pareto import pareto_mask
 

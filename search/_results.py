@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ._config import Constraint
+from ._constraints import Constraint
 from ._log import logger
 from ._pareto import Objective, pareto_mask
 from ._tracking import (

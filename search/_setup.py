@@ -13,7 +13,8 @@ from typing import Any
 from ._anchors import anchor_params
 from ._backends import check_ray_address, ray_address
 from ._callbacks import Callback, Emissions, progress_callbacks
-from ._config import Config, Constraint
+from ._config import Config
+from ._constraints import Constraint
 from ._log import logger
 from ._mlflow import MlflowCallback
 from ._samplers import build_sampler

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ._config import Config, Constraint
+    from ._config import Config
+    from ._constraints import Constraint
     from ._front import Front, TrialRecord
     from ._pareto import Objective
     from ._storage import StudyStore
