@@ -15,7 +15,6 @@ from ._bundle import (
     VALIDATION_SEED0,
     SpaceOps,
     space_ops,
-    whole_model_bytes,
     write_bundle,
 )
 from ._corners import corner_plans
@@ -45,6 +44,7 @@ from ._profile import (
 from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, read_table
 from ._validate import ValidationReport, validate
+from ._whole import whole_model_bytes
 from .runner import (
     measure_bundle,
     measure_onnx,

@@ -8,21 +8,17 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 import zipfile
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from frontier.spaces import (
     CompressionPlan,
     SearchSpace,
-    apply_plan,
-    export_onnx,
     quantize_onnx_int8,
     to_half,
 )
@@ -41,6 +37,7 @@ from ._ops import (
 )
 from ._table import MIN_CALIBRATION_MODELS
 from ._transfer import few_shot_ops
+from ._whole import BUILD_WORKERS, build_whole, timing_calibration, whole_model_bytes
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
 
 OVERHEAD_REPEATS = 7
@@ -463,31 +460,6 @@ class _Writer:
             self.progress(kind, i + 1, len(plans), start)
 
 
-#: a bundle's whole models calibrate their INT8 activation ranges on this many samples:
-#: they are timed, not scored, and ranges move no latency (nor which layers run INT8)
-TIMING_CALIBRATION_SAMPLES = 8
-
-
-def timing_calibration(calibration_data: Any) -> Any:
-    """The first batch of ``calibration_data`` cut to ``TIMING_CALIBRATION_SAMPLES``
-    (tensors along their first dimension, in tuples, lists and dicts alike); None stays
-    None (benchmarks/bench_latency_trust.py calibrates its tables the same way)."""
-    if calibration_data is None:
-        return None
-    first = next(iter(calibration_data), None)
-    return None if first is None else [_head(first, TIMING_CALIBRATION_SAMPLES)]
-
-
-def _head(batch: Any, n: int) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch[:n] if batch.dim() else batch
-    if isinstance(batch, tuple | list):
-        return type(batch)(_head(b, n) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _head(v, n) for k, v in batch.items()}
-    return batch
-
-
 #: a calibration budget never cuts a table below this many models (the per-op
 #: correction needs many more: on a MobileNetV3 space, 90 models gave random plans 6.6%
 #: MAPE and 200 gave 2.8%; benchmarks/REPORT.md, "A first table in minutes")
@@ -521,65 +493,3 @@ def _within_budget(
             file=sys.stderr,
         )
     return min(fits, count)
-
-
-#: at most this many processes build a bundle's whole models at once
-BUILD_WORKERS = 8
-_BUILDING: tuple[Any, ...] = ()  # (model, example, calibration, half) for the workers
-
-
-def build_whole(
-    model: nn.Module,
-    plans: list[Any],
-    example_inputs: Any,
-    calibration_data: Any,
-    *,
-    half: bool = False,
-) -> Generator[bytes, None, None]:
-    """``whole_model_bytes`` of each of ``plans``, in order, built by as many forked
-    processes as the machine has cores (at most ``BUILD_WORKERS``; in this process where
-    it has one core or no ``fork``): exporting a model is single-threaded Python, and a
-    MobileNetV3 space's 200 calibration models took 170 s on one core of two."""
-    global _BUILDING
-    import multiprocessing
-
-    workers = min(os.cpu_count() or 1, BUILD_WORKERS, len(plans))
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        for plan in plans:
-            yield whole_model_bytes(model, plan, example_inputs, calibration_data, half=half)
-        return
-    _BUILDING = (model, example_inputs, calibration_data, half)
-    try:
-        with multiprocessing.get_context("fork").Pool(workers, _one_thread) as pool:
-            yield from pool.imap(_build_one, plans)
-    finally:
-        _BUILDING = ()
-
-
-def _one_thread() -> None:
-    torch.set_num_threads(1)  # the workers share the cores
-
-
-def _build_one(plan: Any) -> bytes:
-    model, example_inputs, calibration_data, half = _BUILDING  # inherited from the fork
-    return whole_model_bytes(model, plan, example_inputs, calibration_data, half=half)
-
-
-def whole_model_bytes(
-    model: nn.Module,
-    plan: Any,
-    example_inputs: Any,
-    calibration_data: Any = None,
-    *,
-    half: bool = False,
-) -> bytes:
-    """The ONNX file ``export_onnx`` writes for ``plan`` (INT8 where the plan says so,
-    FP16 for its 16-bit layers where ``half``)."""
-    compressed = apply_plan(model, plan, example_inputs, calibration_data=calibration_data)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        path = Path(tmp) / "m.onnx"
-        export_onnx(
-            compressed, plan, example_inputs, path, calibration_data=calibration_data, half=half
-        )
-        return path.read_bytes()

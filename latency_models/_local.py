@@ -21,17 +21,12 @@ from torch import nn
 
 from frontier.spaces import SearchSpace
 
-from ._bundle import (
-    _progress,
-    default_calibration,
-    space_ops,
-    whole_model_bytes,
-    write_bundle,
-)
+from ._bundle import _progress, default_calibration, space_ops, write_bundle
 from ._devices import CPU_1T, LOCAL_CPU, LocalDevice, local_device, local_names
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
 from ._table import DeviceMeta, DeviceStore, DeviceTable, TableError, write_rows
+from ._whole import whole_model_bytes
 from .runner import (
     PROTOCOL_VERSION,
     ROUND_S,

@@ -7,8 +7,9 @@ import json
 import zipfile
 
 from frontier.latency_models import write_bundle
-from frontier.latency_models._bundle import BUDGET_MIN_MODELS, timing_calibration
+from frontier.latency_models._bundle import BUDGET_MIN_MODELS
 from frontier.latency_models._corners import calibration_plans
+from frontier.latency_models._whole import timing_calibration
 
 
 def _calibration(manifest: dict) -> list[dict]:
