@@ -6,31 +6,25 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from torch import nn
 
 from frontier.spaces import (
     CompressionPlan,
     SearchSpace,
-    quantize_onnx_int8,
-    to_half,
 )
 
 from ._arch import TEACHER, SpaceOps, arch_key, space_ops
 from ._corners import calibration_plans
+from ._op_models import op_model_bytes, strip_weights
 from ._ops import (
-    DEQUANTIZE,
-    INT8_FP32_ADD,
-    QUANTIZE,
     OpSpec,
-    build_onnx,
     identity_model,
     plan_op_nodes,
     plan_ops,
@@ -55,61 +49,6 @@ FEW_SHOT_WHOLE_MODELS = 10
 CALIBRATION_SEED0 = 10_000
 VALIDATION_SEED0 = 20_000
 
-#: Inputs that hold a layer's weights, by op type: a bundle stores these initializers
-#: as seeded external data (``strip_weights``) instead of their values.
-WEIGHT_INPUTS = {
-    "Conv": (1,),
-    "ConvTranspose": (1,),
-    "Gemm": (0, 1),
-    "MatMul": (0, 1),
-    "QLinearConv": (3,),
-    "QLinearMatMul": (0, 3),
-    "QGemm": (3,),
-    "ConvInteger": (1,),
-    "MatMulInteger": (0, 1),
-    "DequantizeLinear": (0,),
-}
-#: Initializers smaller than this many elements stay in the model (cheap, and exact).
-STRIP_MIN_ELEMENTS = 256
-_STRIPPED_DTYPES = {1: "float32", 2: "uint8", 3: "int8"}  # onnx.TensorProto data types
-
-
-def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:
-    """``model_bytes`` without the values of its large weight initializers, and their
-    layout (``[name, dtype, dims]`` each) for the runner to draw them from a seed.
-
-    A dense kernel's latency depends on the shapes and types of its weights, not on
-    their values, and a bundle of random-weight models does not compress (a mobilenet_v2
-    bundle was 64.5 MB of ops and 12.5 MB a whole model). The initializers stay in the
-    graph, marked as external data, so ONNX Runtime treats the drawn values as the
-    constants they were (prepacked, folded), not as inputs."""
-    import onnx
-
-    proto = onnx.load_from_string(model_bytes)
-    weight_names = {
-        node.input[i]
-        for node in proto.graph.node
-        for i in WEIGHT_INPUTS.get(node.op_type, ())
-        if i < len(node.input)
-    }
-    layout: list[list[Any]] = []
-    for tensor in proto.graph.initializer:
-        dtype = _STRIPPED_DTYPES.get(tensor.data_type)
-        if (
-            tensor.name not in weight_names
-            or dtype is None
-            or tensor.data_location == onnx.TensorProto.EXTERNAL
-            or int(np.prod(tensor.dims)) < STRIP_MIN_ELEMENTS
-        ):
-            continue
-        layout.append([tensor.name, dtype, [int(d) for d in tensor.dims]])
-        for data_field in ("raw_data", "float_data", "int32_data"):
-            tensor.ClearField(data_field)
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        entry = tensor.external_data.add()
-        entry.key, entry.value = "location", "frontier-seeded-weights"
-    return bytes(proto.SerializeToString()), layout
-
 
 def default_calibration(found: SpaceOps) -> int:
     """How many calibration models a bundle of ``found`` holds unless told:
@@ -117,118 +56,6 @@ def default_calibration(found: SpaceOps) -> int:
     else ``CALIBRATION_MODELS``."""
     macs = sum(o.macs for o in plan_ops(found.templates[TEACHER], CompressionPlan()))
     return SMALL_MODEL_CALIBRATION_MODELS if macs <= SMALL_MODEL_MACS else CALIBRATION_MODELS
-
-
-def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
-    """The op model in INT8 as it runs inside a whole model: a weighted op quantized
-    (with its residual Add in FP32 for ``INT8_FP32_ADD``), any other op on 8-bit tensors
-    (``_prefixed``)."""
-    rng = np.random.default_rng(0)
-    feeds = [
-        {
-            f"x{i}": rng.standard_normal(s).astype(np.float32)
-            for i, s in enumerate(spec.input_shapes)
-        }
-        for _ in range(2)
-    ]
-    weighted = spec.weighted
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
-        src.write_bytes(model_bytes if weighted else _prefixed(model_bytes))
-        quantize_onnx_int8(
-            src, dst, feeds, exclude=["add"] if spec.precision == INT8_FP32_ADD else ()
-        )
-        return dst.read_bytes() if weighted else _unprefixed(dst.read_bytes())
-
-
-#: Name of the Add (of zero) put before each input of a pass-through op's model.
-_PREFIX = "int8_source"
-
-
-def _rename_inputs(graph: Any, names: dict[str, str]) -> None:
-    """Feed every node the tensor ``names`` maps each of its inputs to."""
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in names:
-                node.input[k] = names[name]
-
-
-def _prefixed(model_bytes: bytes) -> bytes:
-    """The op model with an Add of zero before each input. The quantizer runs an op such
-    as MaxPool or Flatten in INT8 only when its input comes quantized, as it does from an
-    INT8 layer in a whole model; the Add (which it always quantizes) plays that layer."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    proto = onnx.load_from_string(model_bytes)
-    graph = proto.graph
-    inputs = [i.name for i in graph.input]
-    zero = numpy_helper.from_array(np.zeros(1, dtype=np.float32), f"{_PREFIX}_zero")
-    graph.initializer.append(zero)
-    _rename_inputs(graph, {name: f"{_PREFIX}_{name}" for name in inputs})
-    adds = [
-        helper.make_node("Add", [name, zero.name], [f"{_PREFIX}_{name}"], name=f"{_PREFIX}{i}")
-        for i, name in enumerate(inputs)
-    ]
-    for i, node in enumerate(adds):
-        graph.node.insert(i, node)
-    return bytes(proto.SerializeToString())
-
-
-def _unprefixed(model_bytes: bytes) -> bytes:
-    """The quantized op model without the Adds ``_prefixed`` put in: each input goes,
-    quantized, straight to the op."""
-    import onnx
-
-    proto = onnx.load_from_string(model_bytes)
-    graph = proto.graph
-    adds = [n for n in graph.node if n.name.startswith(_PREFIX)]
-    _rename_inputs(graph, {n.output[0]: n.input[0] for n in adds})
-    for node in adds:
-        graph.node.remove(node)
-    return bytes(proto.SerializeToString())
-
-
-def op_model_bytes(spec: OpSpec) -> bytes:
-    """The serialized ONNX model that measures ``spec``: an FP32 op as it is; an INT8 op
-    quantized by ONNX Runtime's quantizer and then cut to the kernel on 8-bit tensors
-    (``_interior``), as it runs inside an INT8 chain; a precision boundary
-    (``QuantizeLinear``, ``DequantizeLinear``) on its own."""
-    if spec.precision == "fp16":  # as ``export_onnx(half=True)`` writes its layer
-        return bytes(to_half(build_onnx(spec)).SerializeToString())
-    data: bytes = build_onnx(spec).SerializeToString()
-    if spec.op_type in (QUANTIZE, DEQUANTIZE):
-        return data
-    return _interior(_int8(data, spec)) if spec.precision.startswith("int8") else data
-
-
-def _interior(model_bytes: bytes) -> bytes:
-    """A quantized op model without the QuantizeLinear of its graph inputs and the
-    DequantizeLinear of its graph outputs: the model reads and writes the 8-bit tensors
-    an INT8 chain passes from kernel to kernel. Those boundary ops are priced apart,
-    where a plan's graph changes precision (``_ops.boundaries``)."""
-    import onnx
-
-    proto = onnx.load_from_string(model_bytes)
-    graph = proto.graph
-    inits = {i.name: i for i in graph.initializer}
-    inputs = {i.name: i for i in graph.input}
-    outputs = {o.name: o for o in graph.output}
-
-    def rewire(node: Any, value_info: Any, tensor: str) -> None:
-        """Make the graph input or output ``value_info`` the 8-bit ``tensor`` (its type
-        from the node's zero point: UINT8 unless it says otherwise), dropping ``node``."""
-        zero = inits.get(node.input[2]) if len(node.input) > 2 else None
-        value_info.name = tensor
-        value_info.type.tensor_type.elem_type = zero.data_type if zero is not None else 2
-        graph.node.remove(node)
-
-    for node in list(graph.node):
-        if node.op_type == "QuantizeLinear" and node.input[0] in inputs:
-            rewire(node, inputs[node.input[0]], node.output[0])
-        elif node.op_type == "DequantizeLinear" and node.output[0] in outputs:
-            rewire(node, outputs[node.output[0]], node.input[0])
-    return bytes(proto.SerializeToString())
 
 
 _last_line: dict[str, float] = {}  # label -> when its last progress line was printed
@@ -299,15 +126,8 @@ def write_bundle(
         ops = space_ops(model, example_inputs, space, batch_size=batch_size, half=half)
     found = ops
     half = found.templates[TEACHER].half
-    if calibration is None:
-        calibration = FEW_SHOT_WHOLE_MODELS if few_shot else default_calibration(found)
-    else:
-        calibration_budget_s = None  # a count the caller gave is kept
-    if 0 < calibration < MIN_CALIBRATION_MODELS:
-        raise ValueError(
-            f"calibration must be 0 or at least {MIN_CALIBRATION_MODELS} whole models, got "
-            f"{calibration}: with fewer the table is predicted by the plain sum of its ops"
-        )
+    budget_s = calibration_budget_s if calibration is None else None  # a count given is kept
+    calibration = _calibration_count(found, calibration, few_shot)
     tag = [f"few-shot-{few_shot}"] if few_shot else []
     digest = hashlib.sha256(
         json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
@@ -320,30 +140,8 @@ def write_bundle(
         # row stated against it (``runner.relative_to``)
         writer.baseline(whole_model_bytes(model, CompressionPlan(), example_inputs, None))
         writer.ops(measured_ops)
-        ranges_from = timing_calibration(calibration_data)
-        built: dict[int, bytes] = {}  # by seed: models timed for the budget, kept
-        if calibration_budget_s is not None and calibration > BUDGET_MIN_MODELS:
-            calibration = _within_budget(
-                space, calibration, calibration_budget_s, built,
-                lambda plan: whole_model_bytes(model, plan, example_inputs, ranges_from, half=half),
-            )  # fmt: skip
-        validation_plans = [
-            (VALIDATION_SEED0 + i, space.sample(VALIDATION_SEED0 + i)) for i in range(validation)
-        ]
-        for kind, plans in (
-            ("calibration", calibration_plans(space, calibration, CALIBRATION_SEED0)),
-            ("validation", validation_plans),
-        ):
-            todo = [p for s, p in plans if not (kind == "calibration" and s in built)]
-            fresh = build_whole(model, todo, example_inputs, ranges_from, half=half)
-            kept = built if kind == "calibration" else {}
-
-            def model_of(seed: int, kept: dict[int, bytes] = kept, fresh: Any = fresh) -> bytes:
-                data = kept.pop(seed, None)  # built while timing the budget
-                return data if data is not None else next(fresh)
-
-            writer.whole(kind, plans, model_of)
-            fresh.close()  # its workers end here
+        whole = _Whole(model, example_inputs, timing_calibration(calibration_data), half)
+        whole.write(writer, space, calibration, validation, budget_s)
         manifest = {
             "format": BUNDLE_FORMAT,
             "version": BUNDLE_VERSION,
@@ -358,6 +156,68 @@ def write_bundle(
         }
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+def _calibration_count(found: SpaceOps, calibration: int | None, few_shot: int | None) -> int:
+    """How many calibration models a bundle holds: ``calibration`` where given, else
+    ``FEW_SHOT_WHOLE_MODELS`` for a few-shot bundle or ``default_calibration``."""
+    if calibration is None:
+        calibration = FEW_SHOT_WHOLE_MODELS if few_shot else default_calibration(found)
+    if 0 < calibration < MIN_CALIBRATION_MODELS:
+        raise ValueError(
+            f"calibration must be 0 or at least {MIN_CALIBRATION_MODELS} whole models, got "
+            f"{calibration}: with fewer the table is predicted by the plain sum of its ops"
+        )
+    return calibration
+
+
+@dataclass
+class _Whole:
+    """How a bundle's whole models are built: from ``model``, INT8 ranges calibrated on
+    ``ranges_from`` (``timing_calibration``), 16-bit layers in FP16 where ``half``."""
+
+    model: nn.Module
+    example_inputs: Any
+    ranges_from: Any
+    half: bool
+
+    def one(self, plan: CompressionPlan) -> bytes:
+        return whole_model_bytes(
+            self.model, plan, self.example_inputs, self.ranges_from, half=self.half
+        )
+
+    def write(
+        self,
+        writer: _Writer,
+        space: SearchSpace,
+        calibration: int,
+        validation: int,
+        budget_s: float | None,
+    ) -> None:
+        """The calibration models (as many as fit ``budget_s`` where given) and the
+        validation models, built in forked processes (``build_whole``)."""
+        built: dict[int, bytes] = {}  # by seed: models timed for the budget, kept
+        if budget_s is not None and calibration > BUDGET_MIN_MODELS:
+            calibration = _within_budget(space, calibration, budget_s, built, self.one)
+        validation_plans = [
+            (VALIDATION_SEED0 + i, space.sample(VALIDATION_SEED0 + i)) for i in range(validation)
+        ]
+        for kind, plans in (
+            ("calibration", calibration_plans(space, calibration, CALIBRATION_SEED0)),
+            ("validation", validation_plans),
+        ):
+            todo = [p for s, p in plans if not (kind == "calibration" and s in built)]
+            fresh = build_whole(
+                self.model, todo, self.example_inputs, self.ranges_from, half=self.half
+            )
+            kept = built if kind == "calibration" else {}
+
+            def model_of(seed: int, kept: dict[int, bytes] = kept, fresh: Any = fresh) -> bytes:
+                data = kept.pop(seed, None)  # built while timing the budget
+                return data if data is not None else next(fresh)
+
+            writer.whole(kind, plans, model_of)
+            fresh.close()  # its workers end here
 
 
 class _Writer:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._bundle import strip_weights
+from ._op_models import strip_weights
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION, manifest_path
 
 FRONT_KIND = "front"

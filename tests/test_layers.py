@@ -52,7 +52,7 @@ TIERS: dict[str, list[str]] = {
     "latency_models": [
         "_corners _estimate _templates runner",
         "_ops _table runner_torch",
-        "_arch _context _correction _devices _sparse _transfer _whole",
+        "_arch _context _correction _devices _op_models _sparse _transfer _whole",
         "_bundle _calibration",
         "_choose _front_bundle _pricer",
         "_model",

@@ -17,7 +17,7 @@ from frontier.latency_models import (
     validate,
     write_bundle,
 )
-from frontier.latency_models._bundle import strip_weights
+from frontier.latency_models._op_models import strip_weights
 from frontier.latency_models._table import with_weights
 from frontier.latency_models._whole import whole_model_bytes
 from frontier.latency_models.runner import open_session, session_options, time_models

@@ -21,7 +21,7 @@ from frontier.latency_models import (
     runner_torch,
     space_ops,
 )
-from frontier.latency_models._bundle import op_model_bytes
+from frontier.latency_models._op_models import op_model_bytes
 from frontier.spaces import CompressionPlan, SpaceOptions, discover
 
 

@@ -6,7 +6,8 @@ import torch
 
 from frontier.experiments import DigitsTask
 from frontier.latency_models import build_onnx, plan_ops, space_ops
-from frontier.latency_models._bundle import TEACHER, default_calibration, op_model_bytes
+from frontier.latency_models._bundle import TEACHER, default_calibration
+from frontier.latency_models._op_models import op_model_bytes
 from frontier.latency_models._ops import INT8_FP32_ADD
 from frontier.latency_models._whole import whole_model_bytes
 from frontier.spaces import CompressionPlan, SpaceOptions, apply_plan, discover
