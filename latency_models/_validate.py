@@ -101,10 +101,6 @@ def validate(
             on this machine's CPU. A table of another machine is never compared with
             models measured here: that raises a ValueError saying what to do.
     """
-    from scipy.stats import kendalltau
-
-    from .runner import cpu_model
-
     latency.bind(model, example_inputs, space)
     table = latency.table
     stored = {
@@ -113,23 +109,7 @@ def validate(
         if e.get("kind") == "validation" and (row := table.get(k)) is not None
     }
     use_table = measure == "table" or (measure == "auto" and len(stored) >= samples)
-    here, there = cpu_model(), table.meta.get("cpu")
-    if not use_table and there != here:
-        where = f"on {there!r}" if there else "on an unknown CPU (no metadata)"
-        raise ValueError(
-            f"table {table.name!r} was measured {where}, and this machine is {here!r}: "
-            "its predictions can only be checked against models measured on that device. "
-            + (
-                f"It holds {len(stored)} measured validation models: use --samples {len(stored)}."
-                if stored
-                else f"Write its bundle with --validation {samples} and measure it there."
-            )
-        )
-    if use_table and len(stored) < samples:
-        raise ValueError(
-            f"table {table.name!r} holds {len(stored)} measured validation models; "
-            f"asked for {samples} (write the bundle with --validation {samples})"
-        )
+    _check_comparable(table, len(stored), samples, use_table)
     seeds = [VALIDATION_SEED0 + i for i in range(samples)]
     plans = [space.sample(seed) for seed in seeds]
     predicted = [latency.predict(model, plan) for plan in plans]
@@ -164,48 +144,86 @@ def validate(
         }
         for seed, p, m in zip(seeds, predicted, measured, strict=True)
     ]
+    baseline_error = base_predicted / base_measured - 1 if base_measured else float("nan")
+    report = _report(latency, rows, baseline_error, "table" if use_table else "local")
+    return report if out_dir is None else _written(report, Path(out_dir))
+
+
+def _check_comparable(table: Any, stored: int, samples: int, use_table: bool) -> None:
+    """Refuse to compare a table with models measured on another machine, or with more
+    stored validation models than it holds, saying what to do instead."""
+    from .runner import cpu_model
+
+    here, there = cpu_model(), table.meta.get("cpu")
+    if not use_table and there != here:
+        where = f"on {there!r}" if there else "on an unknown CPU (no metadata)"
+        raise ValueError(
+            f"table {table.name!r} was measured {where}, and this machine is {here!r}: "
+            "its predictions can only be checked against models measured on that device. "
+            + (
+                f"It holds {stored} measured validation models: use --samples {stored}."
+                if stored
+                else f"Write its bundle with --validation {samples} and measure it there."
+            )
+        )
+    if use_table and stored < samples:
+        raise ValueError(
+            f"table {table.name!r} holds {stored} measured validation models; "
+            f"asked for {samples} (write the bundle with --validation {samples})"
+        )
+
+
+def _report(
+    latency: LatencyModel, rows: list[dict[str, Any]], baseline_error: float, measured: str
+) -> ValidationReport:
+    """The figures of ``rows`` (``validate``'s, one per plan) and the calibration in use."""
+    from scipy.stats import kendalltau
+
     pred = np.array([r["predicted_ms"] for r in rows])
     meas = np.array([r["measured_ms"] for r in rows])
     err = pred / meas - 1
     order = np.argsort(-np.abs(err))
     speed = np.array([r["speedup_error"] for r in rows])
-    report = ValidationReport(
-        device=table.name,
-        samples=samples,
+    correction = latency.correction
+    return ValidationReport(
+        device=latency.table.name,
+        samples=len(rows),
         mape=float(np.abs(err).mean()),
         within_10pct=float((np.abs(err) <= 0.10).mean()),
         speedup_mape=float(np.abs(speed).mean()),
         speedup_within_10pct=float((np.abs(speed) <= 0.10).mean()),
-        baseline_error=base_predicted / base_measured - 1 if base_measured else float("nan"),
-        kendall_tau=float(kendalltau(pred, meas)[0]) if samples > 1 else float("nan"),
+        baseline_error=baseline_error,
+        kendall_tau=float(kendalltau(pred, meas)[0]) if len(rows) > 1 else float("nan"),
         worst=[rows[int(j)] for j in order[:5]],
         rows=rows,
-        measured="table" if use_table else "local",
+        measured=measured,
         calibration={
             "method": latency.calibration_method,
             "weights": dict(latency.weights),
             "cv_mape": {k: round(v, 4) for k, v in latency.method_cv.items()},
             "correction": (
-                {"alpha": latency.correction.alpha, "features": len(latency.correction.coef_ms)}
-                if latency.correction
+                {"alpha": correction.alpha, "features": len(correction.coef_ms)}
+                if correction
                 else None
             ),
         },
     )
-    if out_dir is None:
-        return report
-    out = Path(out_dir)
+
+
+def _written(report: ValidationReport, out: Path) -> ValidationReport:
+    """``report`` with its rows written to ``out/validation.csv`` and its scatter plot to
+    ``out/validation.png``."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path, plot_path = out / "validation.csv", out / "validation.png"
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(report.rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(report.rows)
     _scatter(
-        pred,
-        meas,
+        np.array([r["predicted_ms"] for r in report.rows]),
+        np.array([r["measured_ms"] for r in report.rows]),
         plot_path,
-        title=f"{table.name}: {report.within_10pct:.0%} within "
+        title=f"{report.device}: {report.within_10pct:.0%} within "
         f"+/-10%, MAPE {report.mape:.1%}, tau {report.kendall_tau:.2f}",
     )
     return ValidationReport(**{**report.__dict__, "csv_path": csv_path, "plot_path": plot_path})
