@@ -290,7 +290,9 @@ def read_table(path: str | Path, *, name: str | None = None) -> DeviceTable:
         raise TableError(f"{path}: not a readable CSV ({err})") from None
 
 
-def _read_table(path: Path, name: str | None) -> DeviceTable:
+def _read_meta(path: Path) -> dict[str, Any]:
+    """The metadata beside a table's CSV (``.meta.json``; empty where there is none),
+    refusing a bundle version this Frontier does not read."""
     meta_path = Path(str(path) + ".meta.json")
     meta: dict[str, Any] = {}
     if meta_path.exists():
@@ -306,6 +308,55 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
             "their precision boundaries apart): write the bundle again with `frontier lut "
             "ops`, measure it and import it"
         )
+    return meta
+
+
+def _row(raw: dict[str, Any], line: int, seen: dict[str, int]) -> Row | str:
+    """One CSV row as a ``Row``, or what is wrong with it (``seen``: keys by line)."""
+    key = (raw.get("key") or "").strip()
+    kind = (raw.get("kind") or "").strip()
+    status = (raw.get("status") or "").strip()
+    median = _float(raw.get("median_ms", ""))
+    energy_text = (raw.get("energy_mj") or "").strip()
+    if not key:
+        return "empty key"
+    if key in seen:
+        return f"duplicate key {key!r} (first at row {seen[key]})"
+    seen[key] = line
+    if kind not in KINDS:
+        return f"kind must be one of {list(KINDS)}, got {kind!r}"
+    if status not in ("ok", "unsupported"):
+        return f"status must be ok or unsupported, got {status!r}"
+    if status == "ok" and not (math.isfinite(median) and median > 0):
+        return f"median_ms must be finite and > 0, got {median!r}"
+    energy = None
+    if energy_text:
+        energy = _float(energy_text)
+        if not (math.isfinite(energy) and energy >= 0):
+            return f"energy_mj must be finite and >= 0, got {energy!r}"
+    return Row(
+        model_id=raw.get("model_id", ""),
+        kind=kind,
+        key=key,
+        op_type=raw.get("op_type", ""),
+        precision=raw.get("precision", ""),
+        status=status,
+        median_ms=median,
+        p10_ms=_float(raw.get("p10_ms", "")),
+        p90_ms=_float(raw.get("p90_ms", "")),
+        runs=int(float(raw.get("runs") or 0)),
+        energy_mj=energy,
+        raw_median_ms=_float(raw.get("raw_median_ms", "")),
+        baseline_ms=_float(raw.get("baseline_ms", "")),
+        baseline_key=(raw.get("baseline_key") or "").strip(),
+        relative=_float(raw.get("relative", "")),
+        eager_ms=_float(raw.get("eager_ms", "")),
+        host_ms=_float(raw.get("host_ms", "")),
+    )
+
+
+def _read_table(path: Path, name: str | None) -> DeviceTable:
+    meta = _read_meta(path)
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
@@ -316,56 +367,11 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
         problems: list[str] = []
         seen: dict[str, int] = {}
         for line, raw in enumerate(reader, start=2):
-            key = (raw.get("key") or "").strip()
-            kind = (raw.get("kind") or "").strip()
-            status = (raw.get("status") or "").strip()
-            median = _float(raw.get("median_ms", ""))
-            energy_text = (raw.get("energy_mj") or "").strip()
-            if not key:
-                problems.append(f"row {line}: empty key")
-                continue
-            if key in seen:
-                problems.append(f"row {line}: duplicate key {key!r} (first at row {seen[key]})")
-                continue
-            seen[key] = line
-            if kind not in KINDS:
-                problems.append(f"row {line}: kind must be one of {list(KINDS)}, got {kind!r}")
-                continue
-            if status not in ("ok", "unsupported"):
-                problems.append(f"row {line}: status must be ok or unsupported, got {status!r}")
-                continue
-            if status == "ok" and not (math.isfinite(median) and median > 0):
-                problems.append(f"row {line}: median_ms must be finite and > 0, got {median!r}")
-                continue
-            energy = None
-            if energy_text:
-                energy = _float(energy_text)
-                if not (math.isfinite(energy) and energy >= 0):
-                    problems.append(
-                        f"row {line}: energy_mj must be finite and >= 0, got {energy!r}"
-                    )
-                    continue
-            rows.append(
-                Row(
-                    model_id=raw.get("model_id", ""),
-                    kind=kind,
-                    key=key,
-                    op_type=raw.get("op_type", ""),
-                    precision=raw.get("precision", ""),
-                    status=status,
-                    median_ms=median,
-                    p10_ms=_float(raw.get("p10_ms", "")),
-                    p90_ms=_float(raw.get("p90_ms", "")),
-                    runs=int(float(raw.get("runs") or 0)),
-                    energy_mj=energy,
-                    raw_median_ms=_float(raw.get("raw_median_ms", "")),
-                    baseline_ms=_float(raw.get("baseline_ms", "")),
-                    baseline_key=(raw.get("baseline_key") or "").strip(),
-                    relative=_float(raw.get("relative", "")),
-                    eager_ms=_float(raw.get("eager_ms", "")),
-                    host_ms=_float(raw.get("host_ms", "")),
-                )
-            )
+            row = _row(raw, line, seen)
+            if isinstance(row, str):
+                problems.append(f"row {line}: {row}")
+            else:
+                rows.append(row)
     if problems:
         shown = "\n  ".join(problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
@@ -517,19 +523,8 @@ class DeviceStore:
         """
         path = Path(path)
         table = read_table(path, name=name)
-        if few_shot_from is not None and not self.has(few_shot_from):
-            raise TableError(
-                f"few-shot base {few_shot_from!r} is not a stored device table; known: "
-                f"{self.names() or 'none'}"
-            )
         if few_shot_from is not None:
-            _check_few_shot(path, table, self.load(few_shot_from))
-        if few_shot_from is not None and name in self._bases(few_shot_from):
-            raise TableError(
-                f"{name!r} cannot be predicted through {few_shot_from!r}: "
-                f"{few_shot_from!r} is predicted through {name!r} "
-                f"({' -> '.join(self._bases(few_shot_from))})"
-            )
+            self._check_base(path, table, name, few_shot_from)
         manifest = manifest if manifest is not None else _read_manifest_beside(path)
         losses = _import_losses(path, table, manifest)
         if losses and not allow_degraded:
@@ -545,19 +540,7 @@ class DeviceStore:
             added["few_shot_from"] = few_shot_from
         merged_meta = {**table.meta, **added, "device": name}
         rows = table.rows
-        old = None
-        if merge and self.has(name):
-            try:
-                old = self.load(name)
-            except TableError as err:  # an older bundle version: replaced, not merged
-                warnings.append(f"the stored {name} table was dropped: {err}")
-        if old is not None and old.meta.get("protocol") != table.meta.get("protocol"):
-            # rows timed another way are not comparable: the new run replaces them
-            warnings.append(
-                f"the stored {name} rows were timed with another protocol "
-                f"({old.meta.get('protocol')}) and were dropped"
-            )
-            old = None
+        old = self._mergeable(name, table, warnings) if merge else None
         if old is not None:
             new_keys = {r.key for r in rows}
             rows = [r for r in old.rows if r.key not in new_keys] + rows
@@ -566,21 +549,67 @@ class DeviceStore:
         merged_meta.pop("import_warnings", None)
         if warnings:
             merged_meta["import_warnings"] = list(dict.fromkeys(warnings))
+        profiles = {
+            **(old.profiles if old is not None else {}),
+            **read_profiles(profiles_path(Path(path))),
+        }
+        self._write(name, rows, merged_meta, profiles, manifest)
+        return self.load(name)
+
+    def _check_base(self, path: Path, table: DeviceTable, name: str, base: str) -> None:
+        """Refuse a few-shot base that is not stored, shares too little with ``table``,
+        or is itself predicted through ``name``."""
+        if not self.has(base):
+            raise TableError(
+                f"few-shot base {base!r} is not a stored device table; known: "
+                f"{self.names() or 'none'}"
+            )
+        _check_few_shot(path, table, self.load(base))
+        if name in self._bases(base):
+            raise TableError(
+                f"{name!r} cannot be predicted through {base!r}: "
+                f"{base!r} is predicted through {name!r} "
+                f"({' -> '.join(self._bases(base))})"
+            )
+
+    def _mergeable(self, name: str, table: DeviceTable, warnings: list[str]) -> DeviceTable | None:
+        """The stored table ``name`` whose rows ``table``'s join, or None (and why, in
+        ``warnings``) where it cannot be read or was timed with another protocol."""
+        if not self.has(name):
+            return None
+        try:
+            old = self.load(name)
+        except TableError as err:  # an older bundle version: replaced, not merged
+            warnings.append(f"the stored {name} table was dropped: {err}")
+            return None
+        if old.meta.get("protocol") != table.meta.get("protocol"):
+            # rows timed another way are not comparable: the new run replaces them
+            warnings.append(
+                f"the stored {name} rows were timed with another protocol "
+                f"({old.meta.get('protocol')}) and were dropped"
+            )
+            return None
+        return old
+
+    def _write(
+        self,
+        name: str,
+        rows: list[Row],
+        meta: dict[str, Any],
+        profiles: dict[str, Any],
+        manifest: dict[str, Any] | None,
+    ) -> None:
+        """Store a table's files: its rows (replaced in one move), profiles, metadata and
+        the whole-model entries of its bundle's manifest."""
         target = self._dir(name)
         target.mkdir(parents=True, exist_ok=True)
         tmp = target / "table.csv.tmp"
         write_rows(tmp, rows)
         shutil.move(str(tmp), target / "table.csv")
-        profiles = {
-            **(old.profiles if old is not None else {}),
-            **read_profiles(profiles_path(Path(path))),
-        }
         with profiles_path(target / "table.csv").open("w") as f:
             for key, nodes in profiles.items():
                 f.write(json.dumps({"key": key, "nodes": nodes}) + "\n")
-        (target / "table.csv.meta.json").write_text(
-            json.dumps(merged_meta, indent=2, sort_keys=True)
-        )
+        (target / "table.csv.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
         if manifest is not None:
             whole = [
                 {
@@ -592,7 +621,6 @@ class DeviceStore:
             ]
             (target / "bundles").mkdir(exist_ok=True)
             (target / "bundles" / f"{manifest['bundle_id']}.json").write_text(json.dumps(whole))
-        return self.load(name)
 
     def _bases(self, name: str) -> list[str]:
         """``name`` and the devices its few-shot table leans on, in order."""
