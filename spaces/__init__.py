@@ -8,16 +8,7 @@ compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deploy
 from ._apply import apply_plan
 from ._cost import Cost, LayerCost, count_macs, model_cost
 from ._embedding_quant import EmbeddingQuant, QuantEmbedding
-from ._export import (
-    ExportResult,
-    export_onnx,
-    half_layers,
-    int8_layers,
-    int8_op_types,
-    onnx_module_name,
-    quantize_onnx_int8,
-    to_half,
-)
+from ._export import ExportResult, export_onnx, half_layers, int8_layers, to_half
 from ._forward import (
     CPU,
     Accelerator,
@@ -28,6 +19,7 @@ from ._forward import (
     recalibrate_bn,
     to_device,
 )
+from ._onnx_int8 import int8_op_types, onnx_module_name, quantize_onnx_int8
 from ._param_shapes import ParamShapes
 from ._plan import (
     IMPORTANCE_CRITERIA,

@@ -4,12 +4,11 @@ real FP16 for its 16-bit layers where asked (a GPU's export)."""
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import logging
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,11 @@ import torch
 from torch import nn
 
 from ._forward import eval_mode
+from ._onnx_int8 import WEIGHTED_OPS, fp32_nodes, onnx_module_name, quantize_onnx_int8
 from ._plan import CompressionPlan
 from ._quant import strip
 
 logger = logging.getLogger(__name__)
-
-#: Node types whose weights ``onnxruntime.quantization`` quantizes per channel.
-_WEIGHTED_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 
 
 @dataclass(frozen=True)
@@ -57,22 +54,6 @@ def _as_args(example_inputs: Any) -> tuple[Any, ...]:
     return tuple(example_inputs) if isinstance(example_inputs, tuple | list) else (example_inputs,)
 
 
-@functools.lru_cache(maxsize=65536)
-def onnx_module_name(node_name: str) -> str:
-    """The module a TorchScript-exported node came from: '/layer1/layer1.0/conv1/Conv' ->
-    'layer1.0.conv1' (a scope segment repeats its parent's name for container children)."""
-    parts = node_name.strip("/").split("/")[:-1]
-    names: list[str] = []
-    previous = ""
-    for seg in parts:
-        if previous and seg.startswith(previous + "."):
-            names.append(seg[len(previous) + 1 :])
-        else:
-            names.append(seg)
-        previous = seg
-    return ".".join(names)
-
-
 def _plan_bits(plan: CompressionPlan) -> dict[str, list[int]]:
     return {
         n: [plan.weight_bits.get(n, 32), plan.act_bits.get(n, 32)]
@@ -93,6 +74,27 @@ def half_layers(plan: CompressionPlan) -> list[str]:
     """The layers ``export_onnx(half=True)`` runs in half precision: 16-bit weights,
     inputs at 16 bits or more."""
     return sorted(n for n, (w, a) in _plan_bits(plan).items() if w == 16 and a >= 16)
+
+
+def _export_fp32(
+    model: nn.Module, args: tuple[Any, ...], path: Path, input_names: list[str], opset: int
+) -> None:
+    """``model`` with its simulation stripped, exported by PyTorch as FP32 to ``path``,
+    its batch dimension dynamic."""
+    fp32 = strip(copy.deepcopy(model)).eval()
+    axes = {name: {0: "batch"} for name in [*input_names, "output"]}
+    with warnings.catch_warnings(), torch.no_grad(), eval_mode(fp32):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            fp32,
+            args,
+            str(path),
+            dynamo=False,  # the TorchScript exporter keeps module scopes in node names
+            opset_version=opset,
+            input_names=input_names,
+            output_names=["output"],
+            dynamic_axes=axes,
+        )
 
 
 def export_onnx(
@@ -128,14 +130,10 @@ def export_onnx(
             weights stored as FP16 and their inputs cast to FP16 and outputs back, as a
             GPU deploys them (``to_half``); else they are FP32 with simulated bits.
     """
-    import onnx
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     args = _as_args(example_inputs)
-    fp32 = strip(copy.deepcopy(model)).eval()
     input_names = [f"input{i}" if len(args) > 1 else "input" for i in range(len(args))]
-    axes = {name: {0: "batch"} for name in [*input_names, "output"]}
     quantized = _plan_bits(plan)
     # a layer the plan gave bits to may be gone (a dropped encoder layer)
     present = {name for name, _ in model.named_modules()}
@@ -143,18 +141,7 @@ def export_onnx(
     too_low = {n: b for n, b in quantized.items() if min(b) < 8}
     with tempfile.TemporaryDirectory() as tmp:
         fp32_path = Path(tmp) / "fp32.onnx" if int8 and not too_low else path
-        with warnings.catch_warnings(), torch.no_grad(), eval_mode(fp32):
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                fp32,
-                args,
-                str(fp32_path),
-                dynamo=False,  # the TorchScript exporter keeps module scopes in node names
-                opset_version=opset,
-                input_names=input_names,
-                output_names=["output"],
-                dynamic_axes=axes,
-            )
+        _export_fp32(model, args, fp32_path, input_names, opset)
         if too_low:
             sample = ", ".join(f"{n} {b[0]}/{b[1]}" for n, b in list(too_low.items())[:3])
             note = (
@@ -168,39 +155,7 @@ def export_onnx(
             note = f"INT8 (static, per-channel weights) for {len(int8)} layer(s)"
         else:
             note = "FP32: the plan quantizes no layer at 8 bits"
-    proto = onnx.load(str(path))
-    layer_names = sorted(
-        {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in _WEIGHTED_OPS}
-    )
-    fp16 = [n for n in half_layers(plan) if n in layer_names] if half and not too_low else []
-    if fp16:
-        proto = to_half(proto, set(fp16))
-        note += f"; FP16 for {len(fp16)} layer(s)"
-    simulated = {
-        n: b for n, b in quantized.items() if n not in int8 and n not in fp16 and min(b) < 32
-    }
-    if simulated and not too_low:
-        note += f"; {len(simulated)} layer(s) keep simulated bits only (not 8/8), stored in FP32"
-    precision = "int8" if int8 else "fp16" if fp16 else "fp32"
-    meta = {
-        "frontier.plan": plan.to_json(),
-        "frontier.precision": precision,
-        "frontier.fp16_layers": json.dumps(fp16),
-        "frontier.simulated_bits": json.dumps(simulated, sort_keys=True),
-    }
-    for key, value in meta.items():
-        prop = proto.metadata_props.add()
-        prop.key, prop.value = key, value
-    onnx.save(proto, str(path))
-    return ExportResult(
-        path=path,
-        precision=precision,
-        int8_layers=tuple(int8),
-        fp32_layers=tuple(n for n in layer_names if n not in int8 and n not in fp16),
-        simulated_bits=simulated,
-        note=note,
-        fp16_layers=tuple(fp16),
-    )
+    return _finish(path, plan, int8, too_low, half=half, note=note)
 
 
 def to_half(proto: Any, layers: set[str] | None = None) -> Any:
@@ -218,7 +173,7 @@ def to_half(proto: Any, layers: set[str] | None = None) -> Any:
     nodes = []
     for node in graph.node:
         chosen = layers is None or onnx_module_name(node.name) in layers
-        if node.op_type not in _WEIGHTED_OPS or not chosen:
+        if node.op_type not in WEIGHTED_OPS or not chosen:
             nodes.append(node)
             continue
         for i, name in enumerate(node.input):
@@ -335,148 +290,49 @@ def _feed(t: torch.Tensor, example: Any) -> np.ndarray:
     return a
 
 
-@functools.cache
-def int8_op_types() -> frozenset[str]:
-    """The op types ONNX Runtime's static quantizer can run as INT8 (QOperator format):
-    QLinear kernels (Add, GlobalAveragePool, Concat, ...) and ops that pass 8-bit tensors
-    through (MaxPool, Flatten, Reshape, ...)."""
-    from onnxruntime.quantization.registry import QLinearOpsRegistry
-
-    return frozenset(QLinearOpsRegistry)
-
-
-def fp32_nodes(proto: Any, int8_layers: set[str]) -> list[str]:
-    """The nodes of an FP32 graph to keep in FP32 when ``int8_layers`` go INT8: weighted
-    nodes of other layers, and every other node unless all its tensor inputs come from
-    INT8 nodes and ONNX Runtime can run its type in INT8 (``int8_op_types``). A residual
-    Add, a pooling or a reshape between FP32 layers then stays FP32 (fused into the
-    convolution before it) instead of being wrapped in Quantize and Dequantize nodes of
-    its own; one inside or right after an INT8 region runs INT8. ``plan_ops`` of the
-    latency models follows the same rule to price each op at the precision it runs."""
-    constants = {i.name for i in proto.graph.initializer}
-    int8_tensors: set[str] = set()
-    exclude = []
-    for node in proto.graph.node:  # ONNX graphs are topologically sorted
-        if node.op_type == "Constant":
-            constants.update(node.output)
-            continue
-        if node.op_type in _WEIGHTED_OPS:
-            int8 = onnx_module_name(node.name) in int8_layers
-        else:
-            data = [i for i in node.input if i and i not in constants]
-            int8 = (
-                node.op_type in int8_op_types()
-                and bool(data)
-                and all(i in int8_tensors for i in data)
-            )
-        if int8:
-            int8_tensors.update(node.output)
-        else:
-            exclude.append(node.name)
-    return exclude
-
-
-@functools.cache
-def saturating_int8_cpu() -> bool:
-    """Whether this is an x86 CPU without VNNI, whose INT8 kernels (AVX2 ``vpmaddubsw``)
-    add pairs of u8 x s8 products in saturating 16 bits. ONNX Runtime then needs 7-bit
-    weights (``reduce_range``) to compute what the model says: with full 8-bit weights
-    a digits CNN's INT8 export agreed with its simulation on 89% of test images on an
-    AVX2-only AMD EPYC, against 98% or more where VNNI runs it."""
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "vnni" not in flags
-
-
-def quantize_onnx_int8(
-    src: str | Path,
-    dst: str | Path,
-    feeds: Iterable[dict[str, np.ndarray]],
+def _finish(
+    path: Path,
+    plan: CompressionPlan,
+    int8: list[str],
+    too_low: dict[str, list[int]],
     *,
-    exclude: Sequence[str] = (),
-) -> None:
-    """Static INT8 quantization as Frontier exports it: QOperator format, per-channel
-    symmetric INT8 weights, UINT8 activations calibrated on ``feeds`` (input name ->
-    array). The one place these settings live, so measured op models and exported whole
-    models are quantized alike.
-
-    Args:
-        src: the FP32 ONNX file.
-        dst: where to write the INT8 file.
-        feeds: calibration batches.
-        exclude: node names to keep in FP32.
-    """
+    half: bool,
+    note: str,
+) -> ExportResult:
+    """The exported file at ``path`` with its 16-bit layers in FP16 where ``half`` and
+    the plan's precision recorded in its metadata; what it holds, as an ExportResult."""
     import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
+
+    quantized = _plan_bits(plan)
+    proto = onnx.load(str(path))
+    layer_names = sorted(
+        {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in WEIGHTED_OPS}
     )
-
-    iterator = iter(feeds)
-
-    class Reader(CalibrationDataReader):
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(iterator, None)
-
-    quantize_static(
-        str(src),
-        str(dst),
-        Reader(),
-        quant_format=QuantFormat.QOperator,
-        per_channel=True,
-        reduce_range=saturating_int8_cpu(),
-        weight_type=QuantType.QInt8,
-        activation_type=QuantType.QUInt8,
-        nodes_to_exclude=list(exclude),
+    fp16 = [n for n in half_layers(plan) if n in layer_names] if half and not too_low else []
+    if fp16:
+        proto = to_half(proto, set(fp16))
+        note += f"; FP16 for {len(fp16)} layer(s)"
+    simulated = {
+        n: b for n, b in quantized.items() if n not in int8 and n not in fp16 and min(b) < 32
+    }
+    if simulated and not too_low:
+        note += f"; {len(simulated)} layer(s) keep simulated bits only (not 8/8), stored in FP32"
+    precision = "int8" if int8 else "fp16" if fp16 else "fp32"
+    meta = {
+        "frontier.plan": plan.to_json(),
+        "frontier.precision": precision,
+        "frontier.fp16_layers": json.dumps(fp16),
+        "frontier.simulated_bits": json.dumps(simulated, sort_keys=True),
+    }
+    for key, value in meta.items():
+        proto.metadata_props.add(key=key, value=value)
+    onnx.save(proto, str(path))
+    return ExportResult(
+        path=path,
+        precision=precision,
+        int8_layers=tuple(int8),
+        fp32_layers=tuple(n for n in layer_names if n not in int8 and n not in fp16),
+        simulated_bits=simulated,
+        note=note,
+        fp16_layers=tuple(fp16),
     )
-    onnx.save(keep_fp32_layers_fp32(onnx.load(str(dst)), onnx.load(str(src))), str(dst))
-
-
-def keep_fp32_layers_fp32(quantized: Any, fp32: Any) -> Any:
-    """Stop ONNX Runtime from running the FP32 layers of a mixed-precision model as INT8.
-
-    ONNX Runtime's WeightBiasQuantization optimizer quantizes (per tensor) the weights of
-    any Conv or Gemm whose input comes from a per-tensor DequantizeLinear and whose
-    output goes, through at most Relu or Clip, to a QuantizeLinear: an FP32 layer
-    between two INT8 layers then runs as INT8, unlike what the plan (and its
-    accuracy) said. Giving each activation DequantizeLinear a per-channel scale and
-    zero point (the same value repeated; axis 1) computes the same and does not match.
-    Channel counts come from shape inference on ``fp32`` (the model before
-    quantization, whose tensor names the DequantizeLinear outputs keep).
-    """
-    import onnx
-    from onnx import helper, numpy_helper
-
-    inferred = onnx.shape_inference.infer_shapes(fp32)
-    channels = {}
-    for v in [*inferred.graph.value_info, *inferred.graph.output]:
-        dims = v.type.tensor_type.shape.dim
-        if len(dims) >= 2 and dims[1].HasField("dim_value"):
-            channels[v.name] = dims[1].dim_value
-    inits = {i.name: i for i in quantized.graph.initializer}
-    for node in quantized.graph.node:
-        if node.op_type != "DequantizeLinear" or node.input[0] in inits:
-            continue  # weights are dequantized per channel already
-        c = channels.get(node.output[0])
-        scale = inits.get(node.input[1])
-        zero = inits.get(node.input[2]) if len(node.input) > 2 else None
-        if c is None or scale is None or zero is None or len(scale.dims):
-            continue
-        names = (f"{node.output[0]}_channel_scale", f"{node.output[0]}_channel_zero_point")
-        for name, init in zip(names, (scale, zero), strict=True):
-            value = numpy_helper.to_array(init)
-            quantized.graph.initializer.append(
-                numpy_helper.from_array(np.full(c, value, value.dtype), name)
-            )
-        del node.input[1:]
-        node.input.extend(names)
-        node.attribute.append(helper.make_attribute("axis", 1))
-    return quantized

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ._dims import Dimension, SpaceView
-from ._export import onnx_module_name
+from ._onnx_int8 import onnx_module_name
 from ._param_shapes import ParamShapes
 from ._plan import CompressionPlan, PlanError, check_ratio, check_ratios
 from ._techniques import DROPPED, ApplyInputs, Chooser, Technique, register_technique

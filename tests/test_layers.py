@@ -19,7 +19,7 @@ PARTS = ("spaces", "search", "evaluators", "latency_models", "experiments")
 #: (``tier_line``), so the order it states is the order the code has.
 TIERS: dict[str, list[str]] = {
     "spaces": [
-        "_dims _forward _graph _param_shapes _registry",
+        "_dims _forward _graph _onnx_int8 _param_shapes _registry",
         "_plan _quant",
         "_cost _export _students _surgery",
         "_techniques _transformer",
