@@ -675,12 +675,70 @@ def measure_bundle(
         backend: what opens, times and profiles a model (``OrtBackend(provider,
             threads)`` by default; ``runner_torch.TorchBackend`` on a GPU).
     """
-    import numpy as np
-
     bundle, out = Path(bundle), Path(out)
     manifest = read_manifest(bundle)
     backend = backend if backend is not None else OrtBackend(provider, threads)
-    meta = {
+    meta = _run_meta(manifest, backend, device, threads, batch_size, rounds, round_s)
+    _write_meta(out, meta)
+    # The result carries what the table is predicted with (op specs, the ops of each
+    # whole model), so an import needs nothing but the files beside the CSV.
+    manifest_path(out).write_text(json.dumps(manifest))
+    reference = _reference(manifest, kinds)
+    kinds = (*kinds, "baseline") if reference is not None else kinds
+    chunks, todo = _chunks(out, [m for m in manifest["models"] if m["kind"] in kinds])
+    header = COLUMNS
+    if out.exists():
+        with out.open(newline="") as f:
+            header = next(csv.reader(f), []) or COLUMNS
+    new_file = not out.exists()
+    start = time.perf_counter()
+    count = 0
+    with zipfile.ZipFile(bundle) as zf, out.open("a", newline="") as f:
+        damaged = zf.testzip()
+        if damaged is not None:
+            raise ValueError(
+                f"{bundle}: {damaged} fails its checksum; the bundle is damaged (copy it "
+                "again from where `frontier lut ops` wrote it)"
+            )
+        chunk_timer = _ChunkTimer(zf, bundle, out, backend, batch_size, rounds, round_s)
+        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        if new_file:
+            writer.writeheader()
+        for chunk_no, chunk in enumerate(chunks):
+            rows, reference = chunk_timer.time(chunk, chunk_no, reference)
+            for row in rows:
+                writer.writerow(row)
+            f.flush()
+            count += len(chunk)
+            _progress(count, len(todo), start, chunk[-1].get("key", chunk[-1]["id"]))
+    return out
+
+
+def _reference(manifest: dict[str, Any], kinds: tuple[str, ...]) -> dict[str, Any] | None:
+    """The uncompressed model, timed in every chunk's rounds: each row is stated against
+    it (``relative_to``), so a device changing speed between chunks moves no ratio. A
+    front bundle's is the front member whose role says so."""
+    return next(
+        (
+            m
+            for m in manifest["models"]
+            if m["kind"] == "baseline" or (m["kind"] in kinds and m.get("role") == "baseline")
+        ),
+        None,
+    )
+
+
+def _run_meta(
+    manifest: dict[str, Any],
+    backend: Backend,
+    device: str,
+    threads: int,
+    batch_size: int,
+    rounds: int,
+    round_s: float,
+) -> dict[str, Any]:
+    """A measurement's metadata: the device, this machine, the backend and the protocol."""
+    return {
         "device": device,
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -704,6 +762,10 @@ def measure_bundle(
             warmup_s=float(getattr(backend, "warmup_s", 0.0)),
         ),
     }
+
+
+def _write_meta(out: Path, meta: dict[str, Any]) -> None:
+    """Write ``out``'s metadata; a resumed run must be of the same bundle and protocol."""
     meta_path = Path(str(out) + ".meta.json")
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
@@ -716,22 +778,13 @@ def measure_bundle(
             )
         meta = {**old, "date": meta["date"]}
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    # The result carries what the table is predicted with (op specs, the ops of each
-    # whole model), so an import needs nothing but the files beside the CSV.
-    manifest_path(out).write_text(json.dumps(manifest))
+
+
+def _chunks(
+    out: Path, wanted: list[dict[str, Any]]
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The chunks to time of ``wanted`` (those ``out`` does not hold yet), and those."""
     done = _done_ids(out)
-    # the uncompressed model, timed in every chunk's rounds: each row is stated against
-    # it (``relative_to``), so a device changing speed between chunks moves no ratio
-    reference = next(
-        (
-            m
-            for m in manifest["models"]
-            if m["kind"] == "baseline" or (m["kind"] in kinds and m.get("role") == "baseline")
-        ),
-        None,
-    )  # a front bundle's baseline is a front member with that role
-    kinds = (*kinds, "baseline") if reference is not None else kinds
-    wanted = [m for m in manifest["models"] if m["kind"] in kinds]
     todo = [m for m in wanted if m["id"] not in done]
     if len(todo) < len(wanted):
         print(
@@ -751,85 +804,105 @@ def measure_bundle(
         for group in (ops, whole)
         for i in range(0, len(group), CHUNK_MODELS)
     ]
-    header = COLUMNS
-    if out.exists():
-        with out.open(newline="") as f:
-            header = next(csv.reader(f), []) or COLUMNS
-    new_file = not out.exists()
-    start = time.perf_counter()
-    count = 0
-    with zipfile.ZipFile(bundle) as zf, out.open("a", newline="") as f:
-        damaged = zf.testzip()
-        if damaged is not None:
-            raise ValueError(
-                f"{bundle}: {damaged} fails its checksum; the bundle is damaged (copy it "
-                "again from where `frontier lut ops` wrote it)"
-            )
-        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-        if new_file:
-            writer.writeheader()
-        for chunk_no, chunk in enumerate(chunks):
-            runs, timed, rows = [], [], []
-            for entry in chunk:
-                row: dict[str, Any] = {
-                    "model_id": entry["id"],
-                    "kind": entry["kind"],
-                    "key": entry.get("key", entry["id"]),
-                    "op_type": entry.get("op_type", ""),
-                    "precision": entry.get("precision", ""),
-                }
-                rows.append(row)
-                data = _member(zf, bundle, entry["file"])
-                try:
-                    rng = np.random.default_rng(0)
-                    run, feeds = backend.open(data, entry, batch_size=batch_size, rng=rng)
-                    run()  # a provider that cannot run it fails here, not mid-timing
-                except Exception as err:  # the provider cannot run it: record, don't crash
-                    if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
-                        raise _damaged(bundle, entry["file"]) from None
-                    msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-                    row.update(status="unsupported", median_ms="", p10_ms="", p90_ms="")
-                    row.update(raw_median_ms="", runs=0, error=msg)
-                    continue
-                runs.append(run)
-                timed.append((row, entry, data, feeds))
-            timing: dict[str, Any] = {"rounds": rounds, "round_s": round_s, "seed": chunk_no}
-            ref_run = None
-            if reference is not None and runs:
-                rng = np.random.default_rng(0)
-                ref_data = _member(zf, bundle, reference["file"])
-                try:
-                    ref_run, _ = backend.open(ref_data, reference, batch_size=batch_size, rng=rng)
-                except Exception as err:
-                    if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
-                        raise _damaged(bundle, reference["file"]) from None
-                    print(f"the uncompressed model does not run here ({err}); rows are "
-                          "timed without it", file=sys.stderr)  # fmt: skip
-                    reference = None
-            if ref_run is not None:
-                _, stats = time_against(ref_run, runs, **timing, **timed_by(backend))
-            else:
-                stats = time_models(runs, **timing, **timed_by(backend))
-            for (row, entry, data, feeds), run, st in zip(timed, runs, stats, strict=True):
-                row.update({k: f"{v:.6g}" for k, v in st.items() if k.endswith("_ms")})
-                if entry["kind"] not in ("overhead", "op"):
-                    extra = backend.diagnose(run, data, entry)
-                    row.update({k: f"{v:.6g}" for k, v in extra.items()})
-                if reference is not None:
-                    row["baseline_key"] = reference["key"]
-                    row["relative"] = f"{st['relative']:.6g}"
-                row.update(status="ok", error="", runs=int(st["runs"]))
-                row["raw_median_ms"] = row["median_ms"]
-                if entry["kind"] == "calibration":
-                    nodes = backend.profile(data, feeds, entry)
-                    with profiles_path(out).open("a") as pf:
-                        pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
-            for row in rows:
-                writer.writerow(row)
-            f.flush()
-            count += len(chunk)
-            _progress(count, len(todo), start, chunk[-1].get("key", chunk[-1]["id"]))
-    return out
+    return chunks, todo
+
+
+class _ChunkTimer:
+    """Times one chunk of a bundle's models at a time, beside the uncompressed model,
+    and profiles its calibration models (into ``out``'s ``.profiles.jsonl``)."""
+
+    def __init__(
+        self,
+        zf: zipfile.ZipFile,
+        bundle: Path,
+        out: Path,
+        backend: Backend,
+        batch_size: int,
+        rounds: int,
+        round_s: float,
+    ) -> None:
+        self.zf, self.bundle, self.out, self.backend = zf, bundle, out, backend
+        self.batch_size, self.rounds, self.round_s = batch_size, rounds, round_s
+
+    def _open(self, entry: dict[str, Any], data: bytes) -> tuple[Any, Any]:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        return self.backend.open(data, entry, batch_size=self.batch_size, rng=rng)
+
+    def time(
+        self, chunk: list[dict[str, Any]], chunk_no: int, reference: dict[str, Any] | None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The CSV rows of ``chunk``; and the reference, None from here on where the
+        uncompressed model does not run on this device."""
+        runs, timed, rows = [], [], []
+        for entry in chunk:
+            row: dict[str, Any] = {
+                "model_id": entry["id"],
+                "kind": entry["kind"],
+                "key": entry.get("key", entry["id"]),
+                "op_type": entry.get("op_type", ""),
+                "precision": entry.get("precision", ""),
+            }
+            rows.append(row)
+            data = _member(self.zf, self.bundle, entry["file"])
+            try:
+                run, feeds = self._open(entry, data)
+                run()  # a provider that cannot run it fails here, not mid-timing
+            except Exception as err:  # the provider cannot run it: record, don't crash
+                if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
+                    raise _damaged(self.bundle, entry["file"]) from None
+                msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                row.update(status="unsupported", median_ms="", p10_ms="", p90_ms="")
+                row.update(raw_median_ms="", runs=0, error=msg)
+                continue
+            runs.append(run)
+            timed.append((row, entry, data, feeds))
+        timing: dict[str, Any] = {"rounds": self.rounds, "round_s": self.round_s, "seed": chunk_no}
+        ref_run = None
+        if reference is not None and runs:
+            ref_data = _member(self.zf, self.bundle, reference["file"])
+            try:
+                ref_run, _ = self._open(reference, ref_data)
+            except Exception as err:
+                if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
+                    raise _damaged(self.bundle, reference["file"]) from None
+                print(f"the uncompressed model does not run here ({err}); rows are "
+                      "timed without it", file=sys.stderr)  # fmt: skip
+                reference = None
+        if ref_run is not None:
+            _, stats = time_against(ref_run, runs, **timing, **timed_by(self.backend))
+        else:
+            stats = time_models(runs, **timing, **timed_by(self.backend))
+        for (row, entry, data, feeds), run, st in zip(timed, runs, stats, strict=True):
+            self._record(row, entry, data, feeds, run, st, reference)
+        return rows, reference
+
+    def _record(
+        self,
+        row: dict[str, Any],
+        entry: dict[str, Any],
+        data: bytes,
+        feeds: Any,
+        run: Any,
+        st: dict[str, Any],
+        reference: dict[str, Any] | None,
+    ) -> None:
+        """Fill ``row`` from its timing ``st``, with the whole model's diagnostics and
+        the calibration model's profile."""
+        row.update({k: f"{v:.6g}" for k, v in st.items() if k.endswith("_ms")})
+        if entry["kind"] not in ("overhead", "op"):
+            extra = self.backend.diagnose(run, data, entry)
+            row.update({k: f"{v:.6g}" for k, v in extra.items()})
+        if reference is not None:
+            row["baseline_key"] = reference["key"]
+            row["relative"] = f"{st['relative']:.6g}"
+        row.update(status="ok", error="", runs=int(st["runs"]))
+        row["raw_median_ms"] = row["median_ms"]
+        if entry["kind"] == "calibration":
+            nodes = self.backend.profile(data, feeds, entry)
+            with profiles_path(self.out).open("a") as pf:
+                pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
 
 
 def _damaged(bundle: Path, member: str) -> ValueError:
