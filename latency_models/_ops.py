@@ -483,24 +483,7 @@ def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
         fin, fout = spec.input_shapes[0][-1], spec.output_shape[-1]
         main_inputs.append(const("w", rng.standard_normal((fin, fout)) * 0.1))
     else:
-        main_inputs = [f"x{i}" for i in range(len(spec.input_shapes))]
-        for pos, dims, values in spec.consts:
-            name = f"c{pos}"
-            array: np.ndarray[Any, Any]
-            if values:
-                array = np.array(values, dtype=np.float32).reshape(dims)
-            else:  # a large constant (a LayerNorm's scale): its shape is what costs
-                array = (1.0 + rng.standard_normal(dims) * 0.1).astype(np.float32)
-            if spec.op_type == "Reshape" and pos == 1:
-                array = np.array(spec.output_shape, dtype=np.int64)
-                inits.append(numpy_helper.from_array(array, name))
-            elif spec.op_type in _INT_CONST_OPS or (spec.op_type.startswith("Reduce") and pos == 1):
-                inits.append(numpy_helper.from_array(array.astype(np.int64), name))
-            else:
-                const(name, array)
-            while len(main_inputs) < pos:
-                main_inputs.append("")
-            main_inputs.insert(pos, name)
+        main_inputs = _weightless_inputs(spec, rng, inits)
     out = "y"
     current = "t0" if spec.fused else out
     nodes.append(helper.make_node(spec.op_type, main_inputs, [current], name="op", **attrs))
@@ -524,6 +507,31 @@ def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def _weightless_inputs(spec: OpSpec, rng: np.random.Generator, inits: list[Any]) -> list[str]:
+    """A weightless op's inputs: its data inputs, and its constants (``spec.consts``)
+    added to ``inits`` at their positions: small ones by value, large ones (a LayerNorm's
+    scale) drawn from ``rng``, shapes and axes as int64."""
+    from onnx import numpy_helper
+
+    main_inputs = [f"x{i}" for i in range(len(spec.input_shapes))]
+    for pos, dims, values in spec.consts:
+        name = f"c{pos}"
+        array: np.ndarray[Any, Any]
+        if values:
+            array = np.array(values, dtype=np.float32).reshape(dims)
+        else:  # a large constant (a LayerNorm's scale): its shape is what costs
+            array = (1.0 + rng.standard_normal(dims) * 0.1).astype(np.float32)
+        if spec.op_type == "Reshape" and pos == 1:
+            array = np.array(spec.output_shape, dtype=np.int64)
+        elif spec.op_type in _INT_CONST_OPS or (spec.op_type.startswith("Reduce") and pos == 1):
+            array = array.astype(np.int64)
+        inits.append(numpy_helper.from_array(array, name))
+        while len(main_inputs) < pos:
+            main_inputs.append("")
+        main_inputs.insert(pos, name)
+    return main_inputs
 
 
 def boundary_model(spec: OpSpec, opset: int = 17) -> Any:
