@@ -28,6 +28,7 @@ from .runner import (
     READABLE_VERSIONS,
     manifest_path,
     profiles_path,
+    restated,
     seeded_weights,
     state_against,
 )
@@ -425,10 +426,13 @@ def against_baseline(rows: list[Row]) -> list[Row]:
         ms = _csv_digits(state_against(r.median_ms, r.relative, r.baseline_ms, anchor))
         if r.kind == "baseline":  # timed in every chunk: its price is their median
             ms = anchor
-        k = ms / r.median_ms
+        spread = restated({"median_ms": r.median_ms, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms}, ms)
         out.append(
             dataclasses.replace(
-                r, median_ms=ms, p10_ms=_csv_digits(r.p10_ms * k), p90_ms=_csv_digits(r.p90_ms * k)
+                r,
+                median_ms=ms,
+                p10_ms=_csv_digits(spread["p10_ms"]),
+                p90_ms=_csv_digits(spread["p90_ms"]),
             )
         )
     return out

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -244,6 +244,13 @@ def relative_to(stats: dict[str, Any], reference: dict[str, Any]) -> dict[str, A
     return {**stats, "relative": statistics.median(ratios), "baseline_ms": reference["median_ms"]}
 
 
+def restated(stats: Mapping[str, float], ms: float) -> dict[str, float]:
+    """``stats``' median restated as ``ms`` (``state_against``), its p10 and p90 scaled
+    by the same factor."""
+    k = ms / stats["median_ms"]
+    return {"median_ms": ms, "p10_ms": stats["p10_ms"] * k, "p90_ms": stats["p90_ms"] * k}
+
+
 def state_against(median_ms: float, relative: float, baseline_ms: float, anchor_ms: float) -> float:
     """A row's ms against the uncompressed model's median over the table
     (``anchor_ms``): its own median where its chunk ran the baseline within
@@ -417,8 +424,7 @@ def time_chunked(
         anchor = statistics.median(anchors)
         for st in out:
             ms = state_against(st["median_ms"], st["relative"], st["baseline_ms"], anchor)
-            k = ms / st["median_ms"]
-            st.update(median_ms=ms, p10_ms=st["p10_ms"] * k, p90_ms=st["p90_ms"] * k)
+            st.update(restated(st, ms))
     return out
 
 
