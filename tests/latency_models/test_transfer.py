@@ -34,12 +34,15 @@ def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: se
     """The measured table as another device would measure it: op times through
     ``op_law``, whole models (the baseline timed beside each row among them)
     ``whole_factor`` times slower, only ``keep_ops`` of the ops. Each row's ratio to the
-    baseline follows, so a row restated against the baseline keeps the new device's speed."""
+    baseline follows, so a row restated against the baseline keeps the new device's speed:
+    the runner's ratio (a median over rounds of per-round ratios, not median over median)
+    scaled as the row and the baseline were."""
     out, _ = measured
     rows = list(csv.DictReader(out.open()))
     overhead = min(float(r["median_ms"]) for r in rows if r["kind"] == "overhead")
     kept = []
     for r in rows:
+        before_ms = float(r["median_ms"] or "nan")
         if r["kind"] == "op":
             if r["key"] not in keep_ops:
                 continue
@@ -48,9 +51,9 @@ def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: se
         elif r["kind"] in ("calibration", "validation", "baseline"):
             r["median_ms"] = f"{float(r['median_ms']) * whole_factor:.6g}"
         if r.get("baseline_ms"):  # the uncompressed model timed beside it runs slower too
-            baseline_ms = float(r["baseline_ms"]) * whole_factor
-            r["baseline_ms"] = f"{baseline_ms:.6g}"
-            r["relative"] = f"{float(r['median_ms']) / baseline_ms:.6g}"
+            r["baseline_ms"] = f"{float(r['baseline_ms']) * whole_factor:.6g}"
+            row_factor = float(r["median_ms"]) / before_ms
+            r["relative"] = f"{float(r['relative']) * row_factor / whole_factor:.6g}"
         kept.append(r)
     path = tmp_path / "new.csv"
     with path.open("w", newline="") as f:
