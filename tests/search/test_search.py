@@ -166,23 +166,32 @@ def test_resume_after_an_interruption_loses_nothing(
         search={"anchors": False, "population": population},
     )
     journal = workdir / "frontier-optuna.journal"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # faulthandler: SIGABRT dumps every thread's stack, should the driver not stop
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(path), "--no-progress"]
+    # its stderr goes to a file: a pipe nobody reads fills up and blocks the driver
+    log = workdir / "driver.log"
     # a shell's background job starts with SIGINT ignored, and Python then never turns
     # it into KeyboardInterrupt: the driver gets SIGINT's default, as at a terminal
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(_complete(journal)) < kill_after:
         time.sleep(0.2)
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.poll() is None, log.read_text()[-3000:]
     proc.send_signal(sig)
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        pytest.fail(f"the driver did not stop within 120 s of {sig!r}:\n{log.read_text()[-6000:]}")
     before = _complete(journal)
     assert kill_after <= len(before) < 12
     result = run(path, resume=True, progress=False)
