@@ -30,7 +30,9 @@ def test_few_shot_ops_cover_every_kind_from_small_to_large(ops) -> None:
         few_shot_ops(ops.ops, 0)
 
 
-def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: set[str]):
+def _new_device(
+    measured, tmp_path, *, op_law, whole_factor: float, keep_ops: set[str], name: str = "new"
+):
     """The measured table as another device would measure it: op times through
     ``op_law``, whole models (the baseline timed beside each row among them)
     ``whole_factor`` times slower, only ``keep_ops`` of the ops. Each row's ratio to the
@@ -55,7 +57,7 @@ def _new_device(measured, tmp_path, *, op_law, whole_factor: float, keep_ops: se
             row_factor = float(r["median_ms"]) / before_ms
             r["relative"] = f"{float(r['relative']) * row_factor / whole_factor:.6g}"
         kept.append(r)
-    path = tmp_path / "new.csv"
+    path = tmp_path / f"{name}.csv"
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -88,18 +90,23 @@ def test_a_few_shot_table_predicts_through_its_base(measured, ops, store, tmp_pa
     # its scale is fitted on 8 measured models (timed for 20 ms each), so it differs from
     # 1.5 by the base's own calibration bias on them: a few points of MAPE, no more
     assert v["mape"] <= own["mape"] + 0.05
+    # the same few ops and whole models of a device exactly like the base one, through
+    # the same base: the base's own bias on its few calibration models (8 whole models of
+    # ~0.02 ms, noisy on a busy machine) is in both, and their ratio is the 1.5x
+    same_path = _new_device(
+        measured, tmp_path, op_law=lambda ms: ms, whole_factor=1.0, keep_ops=keep, name="same"
+    )
+    same = LatencyModel(store.import_table(same_path, name="same", few_shot_from="base"))
     ratios = []
     for entry in manifest["models"]:
         if entry["kind"] == "validation":
             specs = [base.spec_of(k) for k in entry["op_keys"]]
             new = lm.predict_ops(specs)
-            ratios.append(new.latency_ms / base.predict_ops(specs).latency_ms)
+            ratios.append(new.latency_ms / same.predict_ops(specs).latency_ms)
             assert new.coverage["transfer"] + new.coverage["table"] == len(specs)
             assert new.coverage["transfer"] > 0
-    # whole models of ~0.02 ms, timed for 20 ms each, carry ~10% noise: the typical ratio
-    # is 1.5, no single one is far from it
-    assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.5, rel=0.15)
-    assert all(1.1 < r < 2.0 for r in ratios)
+    assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.5, rel=0.1), ratios
+    assert all(1.25 < r < 1.75 for r in ratios), ratios
 
 
 def test_a_few_shot_bundle_holds_the_subset_and_its_ops_are_priced(mlp_setup, tmp_path) -> None:
