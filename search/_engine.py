@@ -15,11 +15,11 @@ import pandas as pd
 from . import _setup as setup
 from ._backends import Backend, Job, Pending, build_backend
 from ._callbacks import Callback
-from ._config import Config, load_config
-from ._front import Front, JobExport, SearchResult, TrialRecord, plan_key
+from ._config import Config
+from ._front import Front, SearchResult, TrialRecord, plan_key
 from ._log import logger, show_messages
 from ._pareto import Objective
-from ._promotion import Promotion, SpreadPromotion
+from ._promotion import Promotion
 from ._samplers import ask_unique
 from ._storage import (
     GENERATION_ATTR,
@@ -71,18 +71,13 @@ class Search:
         promotion: Promotion | None = None,
     ) -> None:
         no_telemetry()
-        if not isinstance(config, Config):
-            config = load_config(config)
-        kind = backend or ("ray" if address else None)
-        over = {"backend.kind": kind, "backend.address": address, "backend.workers": workers}
-        self.config = config.override({**over, "search.trials": trials})
+        self.config = setup.search_config(config, trials, backend, address, workers)
         self.resume, self.store, self.initial = resume, store, list(initial or [])
         self.sampler = sampler
-        self.sampler_name = config.search.sampler if sampler is None else type(sampler).__name__
-        f = self.config.search.fidelity
-        self.promotion = promotion or SpreadPromotion(
-            share=f.promote, slack=f.slack, toward=f.toward, adapt=f.adapt
+        self.sampler_name = (
+            self.config.search.sampler if sampler is None else type(sampler).__name__
         )
+        self.promotion = promotion or setup.default_promotion(self.config)
         own = setup.default_callbacks(self.config, progress) if defaults else []
         self.callbacks: list[Callback] = [*own, *callbacks]
         show_messages()
@@ -96,14 +91,11 @@ class Search:
         self.timing = Timing()
         self.generation = 0
         self._exhausted = False
-        #: what runs trials (the task, its trained baseline, the space, the evaluators and
-        #: device tables), built here: a search fails on a bad config or a missing device
-        #: before ``run``, and training a baseline or measuring a table happens once
+        #: runs the trials: the task, its trained baseline, the space, evaluators, tables
         self.evaluation = setup.prepare(self.config, store, resume)
         self.watch = Watch(self.evaluation)
         self.objectives: list[Objective] = self.evaluation.objectives()
-        #: the study, its name and the baseline's values in it: ``run`` opens it (its
-        #: storage is locked for this driver while it runs)
+        #: the study and the baseline's values in it, which ``run`` opens
         self.study: Any = None
         self.study_name = ""
         self.baseline: dict[str, float] = {}
@@ -157,11 +149,7 @@ class Search:
             self._open()
             setup.warm_up(self.evaluation)
             backend = build_backend(cfg, self.evaluation)
-            logger.info(
-                "study %r in %s, %d of %d trials done, backend %s (%d at a time), MLflow at %s",
-                self.study_name, self.study_store.url, self.done, cfg.search.trials,
-                backend.name, backend.slots, cfg.tracking.uri,
-            )  # fmt: skip
+            setup.log_start(self, backend)
             found = setup.sensitivity_for(cfg, self.evaluation, self.study.sampler, backend)
             if found is not None:
                 self.sensitivity, self.sensitivity_fidelity, self.summary["sensitivity_s"] = found
@@ -180,9 +168,7 @@ class Search:
                 self.timing.loop_s = time.perf_counter() - started
                 self.study_store.flush()
                 backend.close()
-                failed = sum(1 for r in self.records.values() if r.state == "failed")
-                self.summary.update(failed_trials=failed, **self.timing.summary())
-                self.summary.update(setup.sampler_summary(self.study.sampler))
+                self.summary.update(setup.run_summary(self))
                 self._notify("on_finish", status)
         finally:
             if self._held is not None:
@@ -266,14 +252,9 @@ class Search:
         self.watch.seen(number, rec.plan, rung, outcome)
 
     def _measured(self, rec: TrialRecord, rung: int, outcome: TrialResult) -> None:
-        """Time ``outcome``; keep the model its job exported on ``rec`` for the callback
-        that exports the front."""
-        exported = outcome.onnx is not None or bool(outcome.export_error)
+        """Time ``outcome``; keep the model its job exported on ``rec`` (``keep_export``)."""
+        exported = rec.keep_export(rung, outcome.onnx, outcome.onnx_precision, outcome.export_error)
         self.timing.add(rung, outcome.wall_s, outcome.export_s if exported else 0.0)
-        if exported:
-            rec.exports[rung] = JobExport(
-                outcome.onnx, outcome.onnx_precision, outcome.export_error
-            )
 
     def _generation(self, final: bool = False) -> list[tuple[int, int]]:
         promotions: list[tuple[int, int]] = []

@@ -46,6 +46,14 @@ class TrialRecord:
     #: front (driver memory only, not durable)
     exports: dict[int, JobExport] = field(default_factory=dict, repr=False)
 
+    def keep_export(self, rung: int, onnx: bytes | None, precision: str, error: str) -> bool:
+        """Keep what the job at ``rung`` exported (its ONNX bytes, or why it failed), for
+        the callback that exports the front; False where the job exported nothing."""
+        if onnx is None and not error:
+            return False
+        self.exports[rung] = JobExport(onnx, precision, error)
+        return True
+
     @functools.cached_property
     def key(self) -> str:
         """The plan, canonically: equal plans have equal keys."""

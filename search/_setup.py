@@ -13,10 +13,11 @@ from typing import Any
 from ._anchors import anchor_params
 from ._backends import check_ray_address, ray_address
 from ._callbacks import Callback, Emissions, progress_callbacks
-from ._config import Config
+from ._config import Config, load_config
 from ._constraints import Constraint
 from ._log import logger
 from ._mlflow import MlflowCallback
+from ._promotion import SpreadPromotion
 from ._samplers import build_sampler
 from ._sensitivity import for_search
 from ._storage import (
@@ -99,6 +100,48 @@ def check_local_devices(config: Config) -> None:
         device = None if name in derived else local_device(name)
         if device is not None:
             device.require()
+
+
+def search_config(
+    config: Config | str | Path,
+    trials: int | None,
+    backend: str | None,
+    address: str | None,
+    workers: int | None,
+) -> Config:
+    """``config`` (loaded where a name or path) with a ``Search``'s overrides: a Ray
+    ``address`` alone means the Ray backend."""
+    if not isinstance(config, Config):
+        config = load_config(config)
+    kind = backend or ("ray" if address else None)
+    over = {"backend.kind": kind, "backend.address": address, "backend.workers": workers}
+    return config.override({**over, "search.trials": trials})
+
+
+def default_promotion(config: Config) -> SpreadPromotion:
+    """Multi-fidelity promotion as ``search.fidelity`` sets it."""
+    f = config.search.fidelity
+    return SpreadPromotion(share=f.promote, slack=f.slack, toward=f.toward, adapt=f.adapt)
+
+
+def log_start(search: Any, backend: Any) -> None:
+    """The line a search starts its loop with: its study, trials done, backend, MLflow."""
+    cfg = search.config
+    logger.info(
+        "study %r in %s, %d of %d trials done, backend %s (%d at a time), MLflow at %s",
+        search.study_name, search.study_store.url, search.done, cfg.search.trials,
+        backend.name, backend.slots, cfg.tracking.uri,
+    )  # fmt: skip
+
+
+def run_summary(search: Any) -> dict[str, float]:
+    """What a run logs about itself at its end: failed trials, timing and the sampler's."""
+    failed = sum(1 for r in search.records.values() if r.state == "failed")
+    return {
+        "failed_trials": failed,
+        **search.timing.summary(),
+        **sampler_summary(search.study.sampler),
+    }
 
 
 def prepare(config: Config, store: Any, resume: bool) -> TrialRunner:
