@@ -155,7 +155,7 @@ def export_onnx(
             note = f"INT8 (static, per-channel weights) for {len(int8)} layer(s)"
         else:
             note = "FP32: the plan quantizes no layer at 8 bits"
-    return _finish(path, plan, int8, too_low, half=half, note=note)
+    return _finish(path, plan, quantized, int8, too_low=bool(too_low), half=half, note=note)
 
 
 def to_half(proto: Any, layers: set[str] | None = None) -> Any:
@@ -293,17 +293,18 @@ def _feed(t: torch.Tensor, example: Any) -> np.ndarray:
 def _finish(
     path: Path,
     plan: CompressionPlan,
+    quantized: dict[str, list[int]],
     int8: list[str],
-    too_low: dict[str, list[int]],
     *,
+    too_low: bool,
     half: bool,
     note: str,
 ) -> ExportResult:
     """The exported file at ``path`` with its 16-bit layers in FP16 where ``half`` and
-    the plan's precision recorded in its metadata; what it holds, as an ExportResult."""
+    the plan's precision recorded in its metadata (``quantized``: the plan's bits per
+    layer; ``too_low``: some are below 8, so the file is FP32); what it holds."""
     import onnx
 
-    quantized = _plan_bits(plan)
     proto = onnx.load(str(path))
     layer_names = sorted(
         {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in WEIGHTED_OPS}
