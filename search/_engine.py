@@ -72,7 +72,7 @@ class Search:
     ) -> None:
         no_telemetry()
         self.config = setup.search_config(config, trials, backend, address, workers)
-        self.resume, self.store, self.initial = resume, store, list(initial or [])
+        self.resume, self.initial = resume, list(initial or [])
         self.sampler = sampler
         self.sampler_name = (
             self.config.search.sampler if sampler is None else type(sampler).__name__
