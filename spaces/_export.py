@@ -164,11 +164,21 @@ def to_half(proto: Any, layers: set[str] | None = None) -> Any:
     their float initializers stored as FP16, each data input cast to FP16 before the
     node and its output cast back to FP32 after it, so the rest of the graph (and its
     inputs and outputs) stays FP32. Casts between two FP16 layers cost a kernel each;
-    ONNX Runtime's and TensorRT's optimizers fold such pairs."""
+    ONNX Runtime's and TensorRT's optimizers fold such pairs.
+
+    A weight or bias that reaches its node through an ``Identity`` of an initializer
+    (the TorchScript exporter shares equal constants that way) is read as that
+    initializer: stored as FP16, not cast at run time. Every Cast gets a name of its
+    own (a model with two nodes of one name does not load)."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
+    alias = {
+        n.output[0]: n.input[0]
+        for n in graph.node
+        if n.op_type == "Identity" and n.input and n.input[0] in inits
+    }
     converted: dict[str, str] = {}  # an FP32 initializer -> its FP16 copy
     nodes = []
     for node in graph.node:
@@ -179,7 +189,9 @@ def to_half(proto: Any, layers: set[str] | None = None) -> Any:
         for i, name in enumerate(node.input):
             if not name:
                 continue
+            name = alias.get(name, name)
             if name in inits:
+                node.input[i] = name
                 if inits[name].data_type != TensorProto.FLOAT:
                     continue
                 if name not in converted:
@@ -189,9 +201,14 @@ def to_half(proto: Any, layers: set[str] | None = None) -> Any:
                 node.input[i] = converted[name]
             else:
                 cast = f"{name}__to_fp16__{node.name}"
+                suffix = "" if i == 0 else str(i)
                 nodes.append(
                     helper.make_node(
-                        "Cast", [name], [cast], to=TensorProto.FLOAT16, name=f"{node.name}/ToHalf"
+                        "Cast",
+                        [name],
+                        [cast],
+                        to=TensorProto.FLOAT16,
+                        name=f"{node.name}/ToHalf{suffix}",
                     )
                 )
                 node.input[i] = cast
@@ -203,9 +220,15 @@ def to_half(proto: Any, layers: set[str] | None = None) -> Any:
                 "Cast", [node.output[0]], [out], to=TensorProto.FLOAT, name=f"{node.name}/ToFloat"
             )
         )
+    outputs = {o.name for o in graph.output}
+    used = {i for n in nodes for i in n.input} | outputs
+    # an Identity whose every reader now reads its initializer directly is gone
+    nodes = [
+        n for n in nodes if not (n.output and n.output[0] in alias and n.output[0] not in used)
+    ]
     del graph.node[:]
     graph.node.extend(nodes)
-    used = {i for n in graph.node for i in n.input}
+    used = {i for n in graph.node for i in n.input} | outputs
     keep = [i for i in graph.initializer if i.name in used or i.name not in converted]
     del graph.initializer[:]
     graph.initializer.extend(keep)

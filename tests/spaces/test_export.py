@@ -225,3 +225,33 @@ def test_half_export_of_an_fp32_plan_is_fp32(task: DigitsTask, tmp_path) -> None
     assert result.precision == "fp32" and not result.fp16_layers
     types = {i.data_type for i in onnx.load(str(result.path)).graph.initializer}
     assert onnx.TensorProto.FLOAT16 not in types
+
+
+def test_an_untrained_mobilenet_at_16_bits_exports_a_model_onnx_runtime_loads(tmp_path) -> None:
+    """Untrained, MobileNetV2's BN-folded conv biases are equal and the exporter shares
+    them through ``Identity`` nodes: each is still stored FP16 (no Cast of a bias at run
+    time, no two Casts of one name), and the file computes what the simulation does."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.mobilenet_v2(num_classes=10).eval()
+    x = torch.randn(2, 3, 32, 32)
+    space = discover(model, x)
+    plan = CompressionPlan(weight_bits={q.name: 16 for q in space.layers})
+    compressed = apply_plan(model, plan, x)
+    result = export_onnx(compressed, plan, x, tmp_path / "half.onnx", half=True)
+    graph = onnx.load(str(result.path)).graph
+    assert not any(n.op_type == "Identity" for n in graph.node)
+    names = [n.name for n in graph.node]
+    assert len(names) == len(set(names))
+    weighted = [n for n in graph.node if n.op_type in ("Conv", "Gemm")]
+    casts = [n for n in graph.node if n.op_type == "Cast"]
+    assert len(weighted) == len(result.fp16_layers) == len(space.layers)
+    assert len(casts) == 2 * len(weighted)  # one in, one out: none for a bias
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input": x.numpy()})[0]
+    with torch.no_grad():
+        want = compressed(x).numpy()
+    scale = float(np.abs(want).max())
+    assert scale > 0
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * scale)
