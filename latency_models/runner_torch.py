@@ -446,7 +446,9 @@ def capture(run: Callable[[], Any]) -> Callable[[], Any]:
     algorithms, the allocator settles), captured once, and returned as the graph's
     replay, which launches every kernel of the model in one call, as TensorRT's
     ``--useCudaGraph``, ``torch.compile(mode="reduce-overhead")`` and ONNX Runtime's
-    CUDA graphs deploy it. Inputs and outputs stay at the addresses captured."""
+    CUDA graphs deploy it. Inputs and outputs stay at the addresses captured: a call of
+    the replay returns the captured run's outputs, rewritten by that replay, so it can
+    be checked against ``run`` itself."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -457,8 +459,12 @@ def capture(run: Callable[[], Any]) -> Callable[[], Any]:
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run()
-    replay = graph.replay
+        outputs = run()
+
+    def replay() -> Any:
+        graph.replay()
+        return outputs
+
     replay.graph = graph  # type: ignore[attr-defined]  # kept alive with the call
     return replay
 

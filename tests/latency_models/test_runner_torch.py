@@ -176,22 +176,78 @@ def test_energy_per_run_divides_the_counter_by_the_replays() -> None:
     assert energy == pytest.approx(7.0) and host == pytest.approx(1000.0)
 
 
+@pytest.fixture(scope="module")
+def cnn_half_bundle(tmp_path_factory):
+    """The digits CNN's space at 16 or 32 bits, as a GPU's bundle: FP16 op models and
+    whole models whose 16-bit layers run in FP16."""
+    task = DigitsTask(model="cnn")
+    model, x = task.new_model().eval(), task.example_inputs()
+    options = SpaceOptions(
+        prune_ratios=(0.0, 0.5), weight_bits=(16, 32), act_bits=(32,), round_to=4
+    )
+    space = discover(model, x, options)
+    path = tmp_path_factory.mktemp("cnn16") / "ops.zip"
+    write_bundle(
+        path, model=model, example_inputs=x, space=space, calibration=8, validation=0, half=True
+    )
+    return path
+
+
+def test_the_half_bundle_runs_in_fp16_as_onnx_runtime_does(cnn_half_bundle):
+    """What the CUDA test below checks on a GPU, checked here on the CPU: every model
+    of a GPU's bundle runs, FP16 ones included, and computes what ONNX Runtime does."""
+    backend = runner_torch.TorchBackend("cpu")
+    precisions = set()
+    for entry, data in _models(cnn_half_bundle):
+        run, feeds = backend.open(data, entry, batch_size=2, rng=np.random.default_rng(0))
+        session = runner.inference_session(
+            data, runner.session_options(1), **runner.weights_of(entry)
+        )
+        want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
+        for g, w in zip(run(), want, strict=True):
+            scale = float(np.abs(w).max()) or 1.0
+            np.testing.assert_allclose(g.float().numpy(), w, rtol=2e-2, atol=2e-2 * scale)
+        precisions.add(entry.get("precision", ""))
+    assert "fp16" in precisions
+
+
 @pytest.mark.skipif(
-    not __import__("torch").cuda.is_available(), reason="CUDA graphs need a CUDA GPU"
+    not __import__("torch").cuda.is_available(),
+    reason="needs a CUDA GPU: checks that a captured CUDA graph's replay returns what eager "
+    "PyTorch computes and what ONNX Runtime computes on the CPU, FP32 and FP16, and is timed",
 )
-def test_a_captured_graph_replays_what_eager_computes(cnn_fp32_bundle):  # pragma: no cover
+@pytest.mark.parametrize("which", ["fp32", "fp16"])
+def test_a_captured_graph_replays_what_eager_computes(
+    which, cnn_fp32_bundle, cnn_half_bundle
+):  # pragma: no cover
+    """Tolerances: FP32 within 1e-2 of the output's scale (cuDNN's TF32 convolutions,
+    PyTorch's default, keep 10 mantissa bits); FP16 within 3e-2."""
     import torch
 
+    bundle = cnn_fp32_bundle if which == "fp32" else cnn_half_bundle
+    tol = 1e-2 if which == "fp32" else 3e-2
     backend = runner_torch.GraphBackend("cuda")
-    for entry, data in _models(cnn_fp32_bundle):
-        if entry["kind"] != "calibration":
+    checked = 0
+    for entry, data in _models(bundle):
+        if entry["kind"] not in ("calibration", "op"):
             continue
-        replay, _ = backend.open(data, entry, batch_size=4, rng=np.random.default_rng(0))
-        replay()
+        replay, feeds = backend.open(data, entry, batch_size=4, rng=np.random.default_rng(0))
+        for t in feeds.values():  # new inputs where the graph reads them
+            t.copy_(torch.randn_like(t))
+        got = [o.clone() for o in replay()]
         torch.cuda.synchronize()
         eager = replay.eager()
-        ms = backend.timer(replay)
-        assert ms > 0
-        assert backend.diagnose(replay, data, entry)["eager_ms"] > 0
-        del eager
-        break
+        session = runner.inference_session(
+            data, runner.session_options(1), **runner.weights_of(entry)
+        )
+        cpu = session.run(None, {k: v.cpu().numpy() for k, v in feeds.items()})
+        for g, e, c in zip(got, eager, cpu, strict=True):
+            scale = float(np.abs(c).max()) or 1.0
+            np.testing.assert_allclose(g.float().cpu().numpy(), e.float().cpu().numpy(),
+                                       rtol=1e-3, atol=1e-3 * scale)  # fmt: skip
+            np.testing.assert_allclose(g.float().cpu().numpy(), c, rtol=tol, atol=tol * scale)
+        assert backend.timer(replay) > 0
+        checked += 1
+        if checked >= 6:
+            break
+    assert checked >= 6
