@@ -143,7 +143,10 @@ def _local_cpu(name: str) -> LocalDevice | None:
 @register_local
 def _local_cuda(name: str) -> LocalDevice | None:
     """``local-cuda`` (batch 1) or ``local-cuda-bN`` (batch N): this machine's GPU.
-    INT8 is left out: no runtime Frontier times on a GPU has INT8 kernels."""
+    INT8 is left out: no runtime Frontier times on a GPU has INT8 kernels. BF16 too: no
+    plan chooses it and no export writes it (a GPU trial's training may still run under
+    bf16 autocast, ``search.train.mixed_precision``; that is not a precision a table
+    prices)."""
     m = _LOCAL_CUDA.fullmatch(name)
     if not m:
         return None
@@ -151,7 +154,7 @@ def _local_cuda(name: str) -> LocalDevice | None:
         name,
         kind="cuda",
         batch_size=int(m["batch"] or 1),
-        precisions=("fp32", "fp16", "bf16"),
+        precisions=("fp32", "fp16"),
         provider="torch-cuda",
         timing="CUDA graph replay (PyTorch), CUDA events",
         energy="the GPU's total-energy counter (NVML) over the timed replays",

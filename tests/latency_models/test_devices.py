@@ -229,3 +229,12 @@ def test_a_search_on_a_missing_gpu_stops_before_building_its_task(
     assert code == 2 and "local-cuda is timed on this machine's CUDA GPU" in err
     assert "building" not in err  # refused before the task (and its baseline) is built
     assert not (tmp_path / "store").exists()
+
+
+def test_a_gpu_device_claims_only_the_precisions_a_plan_can_export() -> None:
+    """FP16 is exported (``export_onnx(half=True)``) and priced; BF16 and INT8 are
+    neither, so ``local-cuda`` does not list them."""
+    from frontier.latency_models import local_device
+
+    for name in ("local-cuda", "local-cuda-b32"):
+        assert local_device(name).precisions == ("fp32", "fp16")
