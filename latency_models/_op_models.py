@@ -27,10 +27,12 @@ WEIGHT_INPUTS = {
     "ConvInteger": (1,),
     "MatMulInteger": (0, 1),
     "DequantizeLinear": (0,),
+    "Gather": (0,),  # an embedding table (a shape's Gather reads no initializer)
 }
 #: Initializers smaller than this many elements stay in the model (cheap, and exact).
 STRIP_MIN_ELEMENTS = 256
-_STRIPPED_DTYPES = {1: "float32", 2: "uint8", 3: "int8"}  # onnx.TensorProto data types
+#: onnx.TensorProto data types stripped, as ``runner.seeded_weights`` draws them
+_STRIPPED_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 10: "float16"}
 
 
 def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:

@@ -291,8 +291,8 @@ def seeded_weights(layout: list[Any], seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     out = {}
     for name, dtype, dims in layout:
-        if dtype == "float32":
-            out[name] = rng.uniform(-0.05, 0.05, size=dims).astype(np.float32)
+        if dtype in ("float32", "float16"):
+            out[name] = rng.uniform(-0.05, 0.05, size=dims).astype(dtype)
         elif dtype in ("int8", "uint8"):
             info = np.iinfo(dtype)
             out[name] = rng.integers(info.min, info.max, size=dims, endpoint=True, dtype=dtype)

@@ -50,6 +50,9 @@ except ImportError:  # copied to a device beside runner.py and run as a script
 
 #: ONNX integer element types, kept on the host: they are shapes and axes, not data.
 _INT_TYPES = {6, 7}  # int32, int64
+#: ONNX element types of the graph inputs this runner feeds (numpy's names): float
+#: tensors and token ids. An INT8 op model's 8-bit inputs are not among them.
+_INPUT_TYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32"}
 
 
 def _is_int8(op_type: str) -> bool:
@@ -176,6 +179,50 @@ def _unsqueeze(x: Any, axes: Any = None, **a: Any) -> Any:
     return x
 
 
+def _reduce_sum(x: Any, axes: Any = None, **a: Any) -> Any:
+    dims = _axes(a, axes)
+    keep = bool(a.get("keepdims", 1))
+    if not dims:
+        return x if a.get("noop_with_empty_axes", 0) else x.sum()
+    return x.sum(dim=dims, keepdim=keep)
+
+
+def _gather(data: Any, indices: Any, axis: int = 0) -> Any:
+    """ONNX Gather: an embedding lookup on the device, or a dimension of a shape on the
+    host; negative indices count from the end, a scalar index drops the axis."""
+    import torch
+
+    axis %= data.dim()
+    idx = indices.to(data.device).long()
+    idx = torch.where(idx < 0, idx + data.shape[axis], idx)
+    picked = torch.index_select(data, axis, idx.reshape(-1))
+    shape = [*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :]]
+    return picked.reshape(shape)
+
+
+def _shape(x: Any, start: int = 0, end: int | None = None) -> Any:
+    """A tensor's shape as an int64 tensor on the host (never on the GPU: the shape
+    arithmetic after it is folded before capture, ``TorchGraph.fold``)."""
+    import torch
+
+    return torch.tensor(list(x.shape)[start:end], dtype=torch.int64)
+
+
+def _range(start: Any, limit: Any, delta: Any) -> Any:
+    import torch
+
+    return torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype,
+                        device=start.device)  # fmt: skip
+
+
+def _layer_norm(x: Any, scale: Any, bias: Any = None, axis: int = -1, epsilon: float = 1e-5,
+                **a: Any) -> Any:  # fmt: skip
+    import torch.nn.functional as F
+
+    axis %= x.dim()
+    return F.layer_norm(x, x.shape[axis:], scale, bias, float(epsilon))
+
+
 def _ops() -> dict[str, Callable[..., Any]]:
     import torch
     import torch.nn.functional as F
@@ -209,6 +256,21 @@ def _ops() -> dict[str, Callable[..., Any]]:
         "Softmax": lambda x, axis=-1: torch.softmax(x, dim=axis),
         "Identity": lambda x: x,
         "Cast": lambda x, to: x.to(_dtype(to)),
+        # a text model's: its norms, GELU, masked mean pooling, embeddings and mask
+        "LayerNormalization": _layer_norm,
+        "Erf": lambda x: torch.erf(x),
+        "Sqrt": lambda x: torch.sqrt(x),
+        "Pow": lambda a_, b_: torch.pow(a_, b_),
+        "ReduceSum": _reduce_sum,
+        "Gather": _gather,
+        "Shape": _shape,
+        "Range": _range,
+        "Equal": lambda a_, b_: torch.eq(a_, b_),
+        "Not": lambda x: torch.logical_not(x),
+        "Where": lambda c, a_, b_: torch.where(c, a_, b_),
+        "Expand": lambda x, shape: x.expand(
+            torch.broadcast_shapes(x.shape, tuple(int(v) for v in shape.tolist()))
+        ),
     }
 
 
@@ -229,8 +291,10 @@ class TorchGraph:
     Integer and scalar initializers and constants (shapes, axes, Clip's bounds) stay on
     the host, so reading them never waits for the GPU; the others, and the weights a
     bundle left out (drawn from ``weights_seed`` as ``runner.seeded_weights`` draws them
-    for ONNX Runtime), go to the device. Raises ``Unsupported`` for an operator or input
-    type it cannot run, before anything runs.
+    for ONNX Runtime), go to the device. Inputs are float (FP32, FP16) or integer token
+    ids (int64, int32). Raises ``Unsupported`` for an operator or input type it cannot
+    run (an INT8 model's), before anything runs. ``fold`` then computes, once, what
+    depends on constants and input shapes alone.
     """
 
     def __init__(
@@ -282,11 +346,15 @@ class TorchGraph:
         self.inputs = [i for i in model.graph.input if i.name not in values]
         self.outputs = [o.name for o in model.graph.output]
         for inp in self.inputs:
-            if inp.type.tensor_type.elem_type != 1:  # float32
-                raise Unsupported(f"input {inp.name!r} is not float32 (an INT8 model)")
+            if inp.type.tensor_type.elem_type not in _INPUT_TYPES:
+                raise Unsupported(
+                    f"input {inp.name!r} is not float or token ids (ONNX element type "
+                    f"{inp.type.tensor_type.elem_type}: an INT8 model)"
+                )
 
     def feeds(self, batch_size: int, rng: Any) -> dict[str, Any]:
-        """Seeded standard-normal inputs, dynamic dimensions at ``batch_size``."""
+        """Seeded inputs, dynamic dimensions at ``batch_size``: floats standard normal,
+        token ids 1 to 4 (as ``runner.open_session`` draws them for ONNX Runtime)."""
         import torch
 
         out = {}
@@ -295,9 +363,49 @@ class TorchGraph:
                 d.dim_value if d.HasField("dim_value") else batch_size
                 for d in inp.type.tensor_type.shape.dim
             ]
-            array = rng.standard_normal(dims).astype("float32")
+            dtype = _INPUT_TYPES[inp.type.tensor_type.elem_type]
+            if dtype.startswith("int"):
+                array = rng.integers(1, 5, size=dims).astype(dtype)
+            else:
+                array = rng.standard_normal(dims).astype(dtype)
             out[inp.name] = torch.from_numpy(array).to(self.device)
         return out
+
+    def fold(self, feeds: dict[str, Any]) -> None:
+        """Run the graph once on ``feeds`` and keep, as constants, the outputs of every
+        node computed from constants and input shapes alone (``Shape`` and the
+        arithmetic after it, a position embedding's ``Range`` and lookup, a weight's
+        ``Cast``); those nodes no longer run. Shapes are fixed once the inputs are, as
+        in a TensorRT engine built for them: nothing left to run reads a value back to
+        the host, and a CUDA graph captures kernels only. A ``Gather`` left to run with
+        an index computed here gets the index on the device, copied once."""
+        static = set(self.constants)
+        env = {**self.constants, **feeds}
+        kept = []
+        for node in self.nodes:
+            name, fn, inputs, outputs, attrs = node
+            result = fn(*self._args(env, inputs), **attrs)
+            env[outputs[0]] = result
+            if self.op_types[name] == "Shape" or all(i in static for i in inputs if i):
+                static.add(outputs[0])
+                self.constants[outputs[0]] = result
+                del self.op_types[name]
+            else:
+                kept.append(node)
+        for k, (name, fn, inputs, outputs, attrs) in enumerate(kept):
+            if fn is not _gather or len(inputs) < 2 or inputs[1] not in static:
+                continue
+            moved = f"{inputs[1]}@{self.device}"
+            self.constants[moved] = self.constants[inputs[1]].to(self.device)
+            kept[k] = (name, fn, [inputs[0], moved, *inputs[2:]], outputs, attrs)
+        self.nodes = kept
+
+    @staticmethod
+    def _args(env: dict[str, Any], inputs: list[str]) -> list[Any]:
+        args = [env[i] if i else None for i in inputs]
+        while args and args[-1] is None:
+            args.pop()
+        return args
 
     def run(self, feeds: dict[str, Any], hook: Callable[[str], None] | None = None) -> list[Any]:
         """The graph's outputs on ``feeds``; ``hook(node name)`` is called before each
@@ -306,11 +414,7 @@ class TorchGraph:
         for name, fn, inputs, outputs, attrs in self.nodes:
             if hook is not None:
                 hook(name)
-            args = [env[i] if i else None for i in inputs]
-            while args and args[-1] is None:
-                args.pop()
-            result = fn(*args, **attrs)
-            env[outputs[0]] = result
+            env[outputs[0]] = fn(*self._args(env, inputs), **attrs)
         if hook is not None:
             hook("")
         return [env[o] for o in self.outputs]
@@ -372,6 +476,8 @@ class TorchBackend:
 
         graph = TorchGraph(data, self.device, **runner.weights_of(entry))
         feeds = graph.feeds(batch_size, rng)
+        with torch.inference_mode():
+            graph.fold(feeds)
 
         def run() -> Any:
             with torch.inference_mode():
@@ -398,6 +504,8 @@ class TorchBackend:
         import torch
 
         graph = TorchGraph(data, self.device, **runner.weights_of(entry))
+        with torch.inference_mode():
+            graph.fold(feeds)
         cuda = self.device.startswith("cuda")
         times: dict[str, list[float]] = {}
         for _ in range(runs):

@@ -211,6 +211,59 @@ def test_the_half_bundle_runs_in_fp16_as_onnx_runtime_does(cnn_half_bundle):
     assert "fp16" in precisions
 
 
+@pytest.fixture(scope="module", params=["fp32", "fp16"], ids=str)
+def text_bundle(request, tmp_path_factory):
+    """A text student's space (heads, FFN widths, dropped layers) as a GPU measures it:
+    LayerNorm, GELU's Erf, the masked mean pooling, embeddings and int64 token ids."""
+    import torch
+
+    from frontier.spaces import TextTransformer, TransformerShape
+
+    shape = TransformerShape(vocab_size=50, max_positions=12, hidden=96, heads=(4, 4, 4),
+                             ffn=(64, 64, 64), head_dim=24, num_classes=3)  # fmt: skip
+    torch.manual_seed(0)
+    model = TextTransformer(shape).eval()
+    ids = torch.randint(1, 50, (1, 12))
+    half = request.param == "fp16"
+    options = SpaceOptions(
+        prune_ratios=(0.0,),
+        weight_bits=(16, 32) if half else (32,),
+        act_bits=(32,),
+        techniques={"transformer-prune": {}, "layer-drop": {}},
+    )
+    space = discover(model, ids, options)
+    path = tmp_path_factory.mktemp("text") / "ops.zip"
+    write_bundle(path, model=model, example_inputs=ids, space=space, calibration=8,
+                 validation=2, half=half, batch_size=2)  # fmt: skip
+    return path
+
+
+def test_a_text_student_runs_on_the_gpu_runner_as_onnx_runtime_runs_it(text_bundle):
+    """Every op model and whole model of a text space runs as PyTorch and computes what
+    ONNX Runtime does; a whole model's shape arithmetic (Shape, Gather of a dimension,
+    Range, Concat) is computed once before the runs, so none of it is left to run."""
+    backend = runner_torch.TorchBackend("cpu")
+    whole, ops = 0, set()
+    for entry, data in _models(text_bundle):
+        run, feeds = backend.open(data, entry, batch_size=2, rng=np.random.default_rng(0))
+        session = runner.inference_session(
+            data, runner.session_options(1), **runner.weights_of(entry)
+        )
+        want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
+        for g, w in zip(run(), want, strict=True):
+            assert tuple(g.shape) == w.shape, entry["id"]
+            scale = float(np.abs(w).max()) or 1.0
+            np.testing.assert_allclose(g.float().numpy(), w, rtol=1e-2, atol=1e-2 * scale)
+        left = set(run.graph.op_types.values())
+        if entry["kind"] in ("calibration", "validation", "baseline"):
+            assert [v.dtype for v in feeds.values()] == [__import__("torch").int64]
+            assert not left & {"Shape", "Range", "Concat"}, entry["id"]
+            whole += 1
+        ops |= left
+    assert whole >= 10
+    assert {"LayerNormalization", "Erf", "ReduceSum", "Gather", "Softmax", "MatMul"} <= ops
+
+
 @pytest.mark.skipif(
     not __import__("torch").cuda.is_available(),
     reason="needs a CUDA GPU: checks that a captured CUDA graph's replay returns what eager "
