@@ -238,6 +238,24 @@ def text_bundle(request, tmp_path_factory):
     return path
 
 
+def test_a_text_bundle_travels_without_its_embeddings_or_fp16_weights(text_bundle):
+    """An embedding table and FP16 weights are left to the runner's seed, as FP32 and
+    INT8 weights are: a MiniLM whole model keeps its 47 MB table out of the bundle."""
+    import onnx
+
+    dtypes, whole = set(), 0
+    for entry, data in _models(text_bundle):
+        layout = {name: dtype for name, dtype, _ in entry.get("weights", [])}
+        dtypes |= set(layout.values())
+        if entry["kind"] in ("calibration", "validation", "baseline"):
+            assert "word.weight" in layout, entry["id"]
+            whole += 1
+        big = [i for i in onnx.load_from_string(data).graph.initializer if len(i.raw_data) > 4096]
+        assert not big, (entry["id"], [i.name for i in big])
+    assert whole >= 10
+    assert ("float16" in dtypes) == bool(runner.read_manifest(text_bundle).get("half"))
+
+
 def test_a_text_student_runs_on_the_gpu_runner_as_onnx_runtime_runs_it(text_bundle):
     """Every op model and whole model of a text space runs as PyTorch and computes what
     ONNX Runtime does; a whole model's shape arithmetic (Shape, Gather of a dimension,
