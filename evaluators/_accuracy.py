@@ -184,18 +184,23 @@ def distill(
         if alpha > 0:
             teacher = copy.deepcopy(teacher).to(memory_format=torch.channels_last)
     opt = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=lr)
-    losses: list[float] = []
+    # each step's loss stays on the device, read once at the end: a read per step would
+    # make a GPU wait for the host every step
+    losses: list[torch.Tensor] = []
     best_acc, best_state, bad = -1.0, None, 0
     batches = _cycle(loaders.train)
+    # a teacher that answers from the host batch (cached logits) gets it as it came
+    host_teacher = bool(getattr(teacher, "host_inputs", False))
     for step in range(1, steps + 1):
-        x, y = to_device(next(batches), accelerator.device)
+        batch = next(batches)
+        x, y = to_device(batch, accelerator.device)
         if images and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         t_logits = None
         with accelerator.autocast():
             if alpha > 0:  # plain fine-tuning needs no teacher
                 with torch.no_grad():
-                    t_logits = teacher(x)
+                    t_logits = teacher(batch[0] if host_teacher else x)
             logits = student(x)
         # the loss in FP32: under autocast the logits may be bf16
         loss = kd_loss(
@@ -208,7 +213,7 @@ def distill(
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss.detach())
         if patience is not None and eval_every and step % eval_every == 0:
             acc = measure_accuracy(student, loaders.val)
             if acc > best_acc:
@@ -221,7 +226,7 @@ def distill(
     if best_state is not None:
         student.load_state_dict(best_state)
     student.eval()
-    return losses
+    return torch.stack(losses).float().cpu().tolist() if losses else []
 
 
 def proxy_signals(

@@ -149,10 +149,12 @@ def train_text_model(
     return {"val_accuracy": best, "test_accuracy": test, "train_s": train_s}
 
 
-def _row_key(row: torch.Tensor) -> bytes:
-    """A text's identity: its ids without the padding (batches are cut to their longest
-    text, so the same text arrives with more or less padding)."""
-    return row[: int((row != 0).sum())].cpu().numpy().tobytes()
+def _row_keys(ids: torch.Tensor) -> list[bytes]:
+    """Each text's identity: its ids without the padding (batches are cut to their
+    longest text, so the same text arrives with more or less padding). Read as numpy:
+    ``ids`` on the host costs no tensor reads."""
+    rows = ids.detach().cpu().numpy()
+    return [row[: int((row != 0).sum())].tobytes() for row in rows]
 
 
 class CachedLogits(nn.Module):
@@ -161,20 +163,29 @@ class CachedLogits(nn.Module):
     and again; a student step then costs no teacher forward pass."""
 
     logits: torch.Tensor
+    #: give it the batch as the loader made it, on the host (``distill`` does): looking
+    #: a batch up from the GPU would copy it back and wait for the GPU every step
+    host_inputs = True
 
     def __init__(self, teacher: nn.Module, ids: torch.Tensor, logits: torch.Tensor) -> None:
         super().__init__()
         self.teacher = teacher
         # a buffer, so the cache moves with the module to a trial's GPU
         self.register_buffer("logits", logits, persistent=False)
-        self.index = {_row_key(r): i for i, r in enumerate(ids)}
+        self.index = {key: i for i, key in enumerate(_row_keys(ids))}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = [self.index.get(_row_key(r)) for r in x.cpu()]
+        """The logits of the texts ``x`` (on the host or the device), on the logits'
+        device."""
+        rows = [self.index.get(key) for key in _row_keys(x)]
+        device = self.logits.device
         if all(i is not None for i in rows):
-            return self.logits[torch.tensor(rows, device=self.logits.device)]
+            index = torch.tensor(rows)
+            if device.type == "cuda":
+                index = index.pin_memory().to(device, non_blocking=True)
+            return self.logits[index]
         with torch.no_grad():
-            return self.teacher(x)
+            return self.teacher(x.to(device))
 
 
 def teacher_logits(

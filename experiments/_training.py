@@ -50,14 +50,14 @@ def evaluate(model: nn.Module, loader: DataLoader[Any]) -> float:
     was_training = model.training
     model.eval()
     device = model_device(model)
-    correct = total = 0
+    correct, total = torch.zeros((), dtype=torch.int64, device=device), 0
     with torch.no_grad():
-        for x, y in loader:
+        for x, y in loader:  # counted on the device, read once: no wait per batch
             out = model(to_device(x, device))
-            correct += int((out.argmax(dim=-1).cpu() == y).sum())
+            correct += (out.argmax(dim=-1) == to_device(y, device)).sum()
             total += len(y)
     model.train(was_training)
-    return correct / max(total, 1)
+    return int(correct) / max(total, 1)
 
 
 def fit(

@@ -377,12 +377,27 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
         shown = "\n  ".join(problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise TableError(f"{path}: {len(problems)} bad row(s):\n  {shown}{more}")
+    _check_batch(path, meta, rows)
     return DeviceTable(
         name=name or meta.get("device") or path.stem,
         meta=meta,
         rows=against_baseline(rows),
         path=path,
     )
+
+
+def _check_batch(path: Path, meta: dict[str, Any], rows: list[Row]) -> None:
+    """Refuse a table whose whole models were timed at another batch than its op models
+    were built at: its sum of ops would predict one batch and calibrate on another."""
+    batch, op_batch = meta.get("batch_size"), meta.get("op_batch_size")
+    if batch is None or op_batch is None or int(batch) == int(op_batch):
+        return
+    if any(r.kind == "op" for r in rows):
+        raise TableError(
+            f"{path}.meta.json: whole models timed at batch {batch}, op models built at "
+            f"batch {op_batch}; measure the bundle again without --batch-size (the runner "
+            "takes the bundle's batch)"
+        )
 
 
 def _anchor_key(row: Row) -> tuple[str, bool]:

@@ -649,7 +649,7 @@ def measure_bundle(
     device: str,
     provider: str = "CPUExecutionProvider",
     threads: int = 1,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation", "front"),
     rounds: int = ROUNDS,
     round_s: float = ROUND_S,
@@ -675,7 +675,10 @@ def measure_bundle(
         provider: the ONNX Runtime execution provider.
         threads: intra-op threads.
         batch_size: the batch fed to models with a dynamic batch dimension (the
-            validation models); op models are built at the bundle's batch size.
+            whole models); None (the default) takes the bundle's, the batch its op
+            models were built at. Another batch than that is refused for a bundle with
+            op models (its table would predict one batch from ops of another); a front
+            bundle's whole models may be timed at any.
         kinds: which kinds of model to measure.
         rounds, round_s: the protocol's rounds and seconds per visit.
         backend: what opens, times and profiles a model (``OrtBackend(provider,
@@ -683,6 +686,7 @@ def measure_bundle(
     """
     bundle, out = Path(bundle), Path(out)
     manifest = read_manifest(bundle)
+    batch_size = _batch_of(bundle, manifest, batch_size)
     backend = backend if backend is not None else OrtBackend(provider, threads)
     meta = _run_meta(manifest, backend, device, threads, batch_size, rounds, round_s)
     _write_meta(out, meta)
@@ -718,6 +722,21 @@ def measure_bundle(
             count += len(chunk)
             _progress(count, len(todo), start, chunk[-1].get("key", chunk[-1]["id"]))
     return out
+
+
+def _batch_of(bundle: Path, manifest: dict[str, Any], asked: int | None) -> int:
+    """The batch to time ``bundle``'s whole models at: the one its op models were built
+    at, unless it has none (a front bundle), where ``asked`` (default 1) is taken."""
+    built = int(manifest.get("batch_size", 1))
+    if asked is None or asked == built:
+        return built
+    if any(m["kind"] == "op" for m in manifest["models"]):
+        raise ValueError(
+            f"{bundle}: its op models were built at batch {built}; --batch-size {asked} "
+            "would time its whole models at another (leave --batch-size out, or write "
+            f"the bundle at batch {asked} with `frontier lut ops --batch-size {asked}`)"
+        )
+    return asked
 
 
 def _reference(manifest: dict[str, Any], kinds: tuple[str, ...]) -> dict[str, Any] | None:
@@ -943,7 +962,13 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
     parser.add_argument("--provider", default="CPUExecutionProvider")
     parser.add_argument("--threads", type=at_least(1), default=1)
-    parser.add_argument("--batch-size", type=at_least(1), default=1)
+    parser.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=None,
+        help="the batch whole models are fed (default: the bundle's, as its op models "
+        "were built; only a front bundle takes another)",
+    )
     parser.add_argument(
         "--rounds",
         type=at_least(1),

@@ -652,10 +652,11 @@ class GraphBackend(TorchBackend):
         *,
         energy: Callable[[], float] | None = None,
         energy_window_s: float = ENERGY_WINDOW_S,
+        warmup_s: float = GRAPH_WARMUP_S,
     ) -> None:
         super().__init__(device)
         self.cuda = device.startswith("cuda")
-        self.warmup_s = GRAPH_WARMUP_S if self.cuda else 0.0
+        self.warmup_s = warmup_s if self.cuda else 0.0
         self.provider = f"torch-{device}-graph"
         self.timer_name = "cuda-graph-replay/cuda-events" if self.cuda else ""
         counter = open_energy(device) if energy is None else None
@@ -715,23 +716,52 @@ def main(argv: list[str] | None = None) -> int:
         help="graph (default): each model replayed in a captured CUDA graph, as deployed; "
         "eager: node by node (the launch floor, a diagnostic)",
     )
-    parser.add_argument("--batch-size", type=runner.at_least(1), default=1)
+    parser.add_argument(
+        "--batch-size",
+        type=runner.at_least(1),
+        default=None,
+        help="the batch whole models are fed (default: the bundle's, as its op models "
+        "were built; only a front bundle takes another)",
+    )
     parser.add_argument("--rounds", type=runner.at_least(1), default=runner.ROUNDS)
     parser.add_argument("--round-s", type=runner.at_least(0.001, float), default=runner.ROUND_S)
+    parser.add_argument(
+        "--energy-window-s",
+        type=runner.at_least(0.01, float),
+        default=ENERGY_WINDOW_S,
+        help=f"seconds of replays a whole model's energy is read over (default "
+        f"{ENERGY_WINDOW_S}; the counter updates every few tens of ms)",
+    )
+    parser.add_argument(
+        "--warmup-s",
+        type=runner.at_least(0.0, float),
+        default=GRAPH_WARMUP_S,
+        help=f"seconds each model warms up for on a GPU (default {GRAPH_WARMUP_S}: its "
+        "clocks rise under load; a GPU kept busy from model to model needs less)",
+    )
     args = parser.parse_args(argv)
-    return runner.report_measure(
-        lambda: runner.measure_bundle(
+
+    def measure() -> Path:
+        backend = (
+            GraphBackend(
+                args.torch_device,
+                energy_window_s=args.energy_window_s,
+                warmup_s=args.warmup_s,
+            )
+            if args.execution == "graph"
+            else TorchBackend(args.torch_device)
+        )
+        return runner.measure_bundle(
             args.bundle,
             args.out,
             device=args.device,
             batch_size=args.batch_size,
             rounds=args.rounds,
             round_s=args.round_s,
-            backend=(GraphBackend if args.execution == "graph" else TorchBackend)(
-                args.torch_device
-            ),
+            backend=backend,
         )
-    )
+
+    return runner.report_measure(measure)
 
 
 if __name__ == "__main__":

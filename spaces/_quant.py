@@ -106,18 +106,27 @@ class ActFakeQuant(nn.Module):
         self.register_buffer("min_val", torch.tensor(0.0))
         self.register_buffer("max_val", torch.tensor(0.0))
         self.register_buffer("calibrated", torch.tensor(False))
+        # ``calibrated`` mirrored on the host: reading the buffer in every forward pass
+        # would make a GPU wait for the host once per quantized layer per step
+        self.is_calibrated = False
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kw: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kw)
+        if prefix + "calibrated" in state_dict:  # read once, at load
+            self.is_calibrated = bool(state_dict[prefix + "calibrated"])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.calibrating:
             with torch.no_grad():
                 lo, hi = x.detach().min(), x.detach().max()
-                if bool(self.calibrated):
+                if self.is_calibrated:
                     lo, hi = torch.minimum(lo, self.min_val), torch.maximum(hi, self.max_val)
                 self.min_val.copy_(torch.clamp(lo, max=0.0))
                 self.max_val.copy_(torch.clamp(hi, min=0.0))
                 self.calibrated.fill_(True)
+                self.is_calibrated = True
             return x
-        if not bool(self.calibrated):
+        if not self.is_calibrated:
             raise RuntimeError(
                 "activation quantizer used before calibration; call calibrate(model, batches)"
             )

@@ -64,7 +64,7 @@ def _ops_command(sub: Any) -> None:
         type=at_least(1),
         default=1,
         help="the batch every op model is built at and the device is priced at (a GPU "
-        "serving batches: 32); measure it with the runner's --batch-size too",
+        "serving batches: 32); the runner times its whole models at that batch too",
     )
     e.add_argument(
         "--half",

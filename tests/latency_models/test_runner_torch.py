@@ -322,3 +322,38 @@ def test_a_captured_graph_replays_what_eager_computes(
         if checked >= 6:
             break
     assert checked >= 6
+
+
+def test_the_runner_takes_the_bundles_batch_and_import_refuses_a_mixed_one(tmp_path):
+    """A batch-4 bundle is timed at batch 4 without being told; asked for batch 1 the
+    runner refuses (exit 2, one line); a table whose metadata says its whole models ran
+    at another batch than its ops is refused on import, naming both."""
+    task = DigitsTask(model="mlp")
+    model, x = task.new_model().eval(), task.example_inputs()
+    space = discover(
+        model, x, SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(32,), act_bits=(32,))
+    )
+    bundle = tmp_path / "b4.zip"
+    write_bundle(bundle, model=model, example_inputs=x, space=space, calibration=8, batch_size=4)
+    out = tmp_path / "t.csv"
+    measure_bundle(
+        bundle, out, device="t", rounds=1, round_s=0.002, backend=runner_torch.TorchBackend("cpu")
+    )
+    meta_path = Path(str(out) + ".meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert meta["batch_size"] == meta["op_batch_size"] == 4
+    DeviceStore(tmp_path / "store").import_table(out, name="b4")  # consistent: imported
+
+    args = [sys.executable, str(RUNNER_TORCH), str(bundle), "--device", "g", "--out"]
+    done = subprocess.run([*args, str(tmp_path / "o.csv"), "--torch-device", "cpu", "--batch-size", "1"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "built at batch 4" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+    meta_path.write_text(json.dumps({**meta, "batch_size": 1}))  # as the old runner wrote it
+    from frontier.latency_models import TableError
+
+    with pytest.raises(
+        TableError, match="whole models timed at batch 1, op models built at batch 4"
+    ):
+        DeviceStore(tmp_path / "store2").import_table(out, name="mixed")

@@ -116,6 +116,31 @@ def test_quantization_is_simulated_and_trainable(mlp) -> None:
     assert torch.equal(half[1].weight, mlp[1].weight.half().float())
 
 
+def test_a_calibrated_quantizer_never_reads_its_flag_from_the_device(mlp) -> None:
+    """A forward pass of a fake-quantized layer does not read its ``calibrated`` buffer
+    (on a GPU, a wait for the device per layer per step): a buffer that cannot be read
+    (on the meta device) does not stop it. The flag still survives a state dict."""
+    from frontier.spaces._quant import ActFakeQuant
+
+    x = torch.randn(16, 64)
+    plan = CompressionPlan(weight_bits={"3": 8}, act_bits={"3": 8})
+    q = apply_plan(mlp, plan, x, calibration_data=[x])
+    want = q(x)
+    quants = [m for m in q.modules() if isinstance(m, ActFakeQuant)]
+    assert quants
+    for m in quants:
+        m.calibrated = torch.tensor(True, device="meta")
+    assert torch.equal(q(x), want)
+    fresh = apply_plan(mlp, CompressionPlan(weight_bits={"3": 8}, act_bits={"3": 8}), x)
+    with pytest.raises(RuntimeError, match="before calibration"):
+        for m in fresh.modules():
+            if isinstance(m, ActFakeQuant):
+                m.is_calibrated = False
+        fresh(x)
+    fresh.load_state_dict(apply_plan(mlp, plan, x, calibration_data=[x]).state_dict())
+    assert torch.equal(fresh(x), want)
+
+
 @pytest.mark.parametrize("name", TORCHVISION, ids=str)
 def test_torchvision_random_plans(name: str, tmp_path) -> None:
     model = torchvision.models.get_model(name, weights=None).eval()
