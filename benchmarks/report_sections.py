@@ -853,6 +853,54 @@ def _num(value: Any, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def gpu_section(tables: dict[str, Any], accel: dict[str, Any] | None) -> list[str]:
+    """The GPU path (``bench_gpu.py``): each GPU table against its validation plans'
+    graph replays, and one trial's training on the GPU against this CPU."""
+    machine = tables.get("machine", {})
+    where = machine.get("gpu") or f"{machine.get('device', '?')} (a dry run, not a GPU)"
+    rows = []
+    for name, t in tables["tables"].items():
+        v = t.get("validation", {})
+        within = v.get("within_10pct")
+        rows.append({
+            "table": name, "plans": v.get("samples", 0),
+            "within +/-10%": "-" if within is None else f"{within:.0%}",
+            "target": ">= 95%",
+            "": "-" if within is None else ("met" if within >= 0.95 else "MISSED"),
+            "MAPE": "-" if v.get("mape") is None else f"{v['mape']:.1%}",
+            "Kendall tau": v.get("kendall_tau"),
+            "median plan ms": t.get("median_validation_ms"),
+        })  # fmt: skip
+    lines = [
+        "### The GPU path, in one call (`benchmarks/bench_gpu.py`)",
+        "",
+        f"On {where}; {tables.get('travel_mib')} MiB carried. Each table's predictions "
+        "of its validation plans against their CUDA-graph replays there.",
+        "",
+        md_table(pd.DataFrame(rows), 4),
+        "",
+    ]
+    if accel:
+        train = []
+        for model, r in accel.get("models", {}).items():
+            speedup = r.get("speedup_gpu_over_cpu")
+            train.append({
+                "model": model, "trial on GPU s": r.get("trial_s_gpu"),
+                "trial on this CPU s": r.get("trial_s_cpu"),
+                "speed-up": "-" if speedup is None else f"{speedup:.1f}x", "target": ">= 20x",
+                "": "-" if speedup is None else ("met" if speedup >= 20 else "MISSED"),
+                "host syncs a step": r.get("host_syncs_per_step"),
+            })  # fmt: skip
+        lines += [
+            "One trial's training (the scenario's full rung, through `distill`), from "
+            "seconds per step measured after warm-up steps:",
+            "",
+            md_table(pd.DataFrame(train), 4),
+            "",
+        ]
+    return lines
+
+
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
@@ -869,4 +917,10 @@ def logged_sections(logs: Path) -> list[str]:
         path = logs / filename
         if path.exists():
             lines += section(json.loads(path.read_text()))
+    if (logs / "gpu-tables.json").exists():
+        accel = logs / "accelerator.json"
+        lines += gpu_section(
+            json.loads((logs / "gpu-tables.json").read_text()),
+            json.loads(accel.read_text()) if accel.exists() else None,
+        )
     return lines

@@ -62,3 +62,11 @@ def test_the_gpu_benchmark_dry_run_writes_every_phase_and_both_reports(tmp_path)
     for model, row in accel["models"].items():
         assert row["trial_s_gpu"] > 0 and row["trial_s_cpu"] > 0, model
         assert any("speedup" in key for key in row), model
+
+    # REPORT.md renders them, and says a dry run is not a GPU's figure
+    sys.path.insert(0, str(SCRIPT.parent))
+    from report_sections import logged_sections
+
+    text = "\n".join(logged_sections(logs))
+    assert "### The GPU path" in text and "a dry run, not a GPU" in text
+    assert text.count("| text-b") == 2 and "| resnet50 |" in text
