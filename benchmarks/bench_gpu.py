@@ -19,8 +19,9 @@ package index. So this runs in three steps:
    - ``prepare.json``: what was written and its size (everything that must travel).
 2. ``measure DIR --out OUT`` (there) runs under one deadline (``--deadline-s``, 450 by
    default), each phase with its own error handling and budget, and writes as it goes
-   (``OUT/measure.json`` after every item, the tables' CSVs chunk by chunk), so a run
-   killed at any point still returns what it measured:
+   (``OUT/measure.json`` after every item; the tables' CSVs chunk by chunk, packed into
+   ``OUT/tables.tgz`` after each bundle: two files, as the device tool returns at most
+   eight), so a run killed at any point still returns what it measured:
 
    0. self-test: versions, the NVML energy counter, and a captured CUDA graph's replay
       against eager PyTorch (image FP32 and FP16, text FP16 whole models);
@@ -96,6 +97,8 @@ TRAINING = {
     "text-student": (600, 32, 60, 3),  # text-student: 150 steps x full_factor 4
 }
 WARMUP_STEPS = 20
+#: the GPU tables, packed into one file of ``measure``'s OUT
+TABLES_TGZ = "tables.tgz"
 MINILM = {
     "vocab_size": 30522,
     "max_positions": 512,
@@ -553,7 +556,10 @@ def tables(folder: Path, out: Path, device: str, rec: Recorder, budget: float, q
     """Each bundle measured by ``runner_torch.py`` in its own process (a GPU fault in
     one stops only that one), under what the phase's budget leaves."""
     end = time.monotonic() + budget
-    (out / "tables").mkdir(exist_ok=True)
+    # the runner writes four files a table; the device tool returns at most eight files
+    # from OUT, so the tables are written beside it and packed into one archive there
+    # after each bundle (a run killed mid-bundle still returns the ones before)
+    work = Path(tempfile.mkdtemp(prefix="bench-gpu-tables-"))
     batches = QUICK_BATCHES if quick else BATCHES
     names = [f"{s}-b{b}" for b in batches for s in SPACES]  # batch 1 of both first
     for k, name in enumerate(names):
@@ -563,7 +569,7 @@ def tables(folder: Path, out: Path, device: str, rec: Recorder, budget: float, q
             continue
         # an even share of what is left, so one slow bundle does not starve the others
         share = left / (len(names) - k)
-        csv_path = out / "tables" / f"{name}.csv"
+        csv_path = work / f"{name}.csv"
         args = [
             sys.executable,
             str(ROOT / "latency_models" / "runner_torch.py"),
@@ -596,7 +602,19 @@ def tables(folder: Path, out: Path, device: str, rec: Recorder, budget: float, q
             status = {"rc": "timeout", "timeout_s": round(share)}
         status["wall_s"] = round(time.monotonic() - start, 1)
         status["rows"] = _count_rows(csv_path)
+        _pack(work, out / TABLES_TGZ)
         rec.put("tables", name, status)
+
+
+def _pack(folder: Path, archive: Path) -> None:
+    """Every file of ``folder`` into the gzipped tar ``archive``, replaced whole."""
+    import tarfile
+
+    tmp = archive.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for f in sorted(folder.iterdir()):
+            tar.add(f, arcname=f.name)
+    tmp.replace(archive)
 
 
 def _count_rows(path: Path) -> dict[str, int]:
@@ -741,7 +759,13 @@ def report(folder: Path, results: Path, out_dir: Path = LOGS) -> tuple[dict, dic
         },
         "tables": {},
     }
-    for csv_path in sorted((results / "tables").glob("*.csv")):
+    import tarfile
+
+    tables_dir = Path(tempfile.mkdtemp(prefix="gpu-tables-"))
+    if (results / TABLES_TGZ).exists():
+        with tarfile.open(results / TABLES_TGZ) as tar:
+            tar.extractall(tables_dir, filter="data")
+    for csv_path in sorted(tables_dir.glob("*.csv")):
         name = csv_path.stem
         entry: dict[str, Any] = {"rows": _count_rows(csv_path)}
         try:

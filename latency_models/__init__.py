@@ -21,8 +21,11 @@ from ._corners import corner_plans
 from ._devices import (
     DeviceUnavailable,
     LocalDevice,
+    Runtime,
     local_device,
     register_local,
+    register_runtime,
+    runtime_of,
 )
 from ._estimate import LatencyEstimate, OpCost
 from ._front_bundle import read_front_result, write_front_bundle
@@ -66,6 +69,7 @@ __all__ = [
     "OpCost",
     "OpSpec",
     "Row",
+    "Runtime",
     "SpaceOps",
     "TableError",
     "ValidationReport",
@@ -93,6 +97,8 @@ __all__ = [
     "read_manifest",
     "read_table",
     "register_local",
+    "register_runtime",
+    "runtime_of",
     "space_ops",
     "space_templates",
     "sparse_kernel",

@@ -37,6 +37,7 @@ GLUE = {
     "Transpose",
     "ReorderInput",
     "ReorderOutput",
+    "Reorder",  # OpenVINO's layout conversions
 }
 
 

@@ -1,14 +1,18 @@
-"""Devices measured on this machine, resolved by name through a registry.
+"""Devices measured on this machine, resolved by name through a registry of runtimes.
 
 A device a search names is either a stored table (measured elsewhere, imported) or a
 *local* device that Frontier measures here the first time it is used. A local device is
-one object (``LocalDevice``): what runs and times its models (its runner backend), the
-batch it is priced at, the precisions it runs, and where its energy comes from. Every
-caller that times or prices takes the device, never a thread count, so a new kind of
-local device is one ``register_local`` call:
+one object (``LocalDevice``): its runtime (what runs and times its models), the batch
+it is priced at, the precisions it runs, and where its energy comes from. Every caller
+that times or prices takes the device, never a thread count. A runtime is one
+``Runtime`` subclass registered once (``register_runtime``): the names it answers to,
+why this machine cannot run it, and its runner backend; nothing else names a kind.
 
 - ``local-cpu`` (1 thread) and ``local-cpu-Nt`` (N threads): ONNX Runtime's CPU provider,
   timed by the wall clock; energy is latency times CodeCarbon's power for this CPU.
+- ``local-openvino`` and ``local-openvino-Nt``: OpenVINO's CPU plugin on the same
+  exports (the ``openvino`` package), 1 or N threads, FP32 inference precision (its own
+  default here would be BF16); FP32 layers only, as yet (``OpenVinoCpu``).
 - ``local-cuda`` (batch 1) and ``local-cuda-bN`` (batch N): this machine's first CUDA
   GPU, each model replayed in a captured CUDA graph and timed by CUDA events
   (``runner_torch.GraphBackend``); energy read from the GPU's own counter (NVML).
@@ -37,7 +41,7 @@ class LocalDevice:
     Attributes:
         name: as configs and tables name it (``local-cpu``, ``local-cpu-2t``,
             ``local-cuda-b32``).
-        kind: ``cpu`` or ``cuda``.
+        kind: its runtime's kind (``cpu``: ONNX Runtime; ``openvino``; ``cuda``).
         threads: ONNX Runtime intra-op threads (CPU devices).
         batch_size: the batch every model is timed and priced at.
         precisions: the precisions its table prices (``fp32``, ``fp16``, ``int8``...). A
@@ -67,20 +71,14 @@ class LocalDevice:
         ``local-cpu`` and ``local-cpu-1t`` are one device)."""
         return other is not None and dataclasses.replace(other, name=self.name) == self
 
+    @property
+    def runtime(self) -> Runtime:
+        """The registered runtime of its kind."""
+        return runtime_of(self.kind)
+
     def unavailable(self) -> str:
         """Why this machine cannot measure the device ("" when it can)."""
-        if self.kind == "cuda":
-            try:
-                import torch
-            except ImportError:  # pragma: no cover - torch is a dependency
-                return "PyTorch is not installed"
-            if not torch.cuda.is_available():
-                return (
-                    f"{self.name} is timed on this machine's CUDA GPU, and PyTorch sees none "
-                    "(torch.cuda.is_available() is False); measure a GPU elsewhere with "
-                    "runner_torch.py and `frontier lut import` its table under another name"
-                )
-        return ""
+        return self.runtime.unavailable(self)
 
     def require(self) -> None:
         """Raise ``DeviceUnavailable`` where this machine cannot measure the device."""
@@ -90,15 +88,40 @@ class LocalDevice:
 
     def backend(self) -> Any:
         """The runner backend that opens, times and profiles a model on this device
-        (``runner.Backend``)."""
+        (``runner.Backend``), with the device's threads."""
         self.require()
-        if self.kind == "cuda":
-            from .runner_torch import GraphBackend
+        return self.runtime.backend(self)
 
-            return GraphBackend("cuda")
-        from .runner import OrtBackend
 
-        return OrtBackend(self.provider, self.threads)
+class Runtime:
+    """One kind of local device: what runs and times its models. Subclass it once per
+    runtime and ``register_runtime`` an instance; every other module asks the device.
+
+    Attributes:
+        kind: the ``LocalDevice.kind`` it serves.
+        names: the device names it answers to, in words, for messages.
+        measures_energy: its backend reads energy from a counter (else energy is
+            latency times a stated power).
+        sparse_kernels: sparse FP32 layers get rows of this machine's CPU sparse kernels
+            (PyTorch CSR), as a CPU runtime would run them; else they are priced dense.
+    """
+
+    kind: str = ""
+    names: str = ""
+    measures_energy: bool = False
+    sparse_kernels: bool = False
+
+    def resolve(self, name: str) -> LocalDevice | None:
+        """The device ``name`` names, or None for a name this runtime does not know."""
+        raise NotImplementedError
+
+    def unavailable(self, device: LocalDevice) -> str:
+        """Why this machine cannot run ``device`` ("" when it can)."""
+        return ""
+
+    def backend(self, device: LocalDevice) -> Any:
+        """The runner backend of ``device`` (``runner.Backend``)."""
+        raise NotImplementedError
 
 
 #: A CPU device at one thread: what a caller times on when it names no device.
@@ -106,6 +129,7 @@ CPU_1T = LocalDevice(LOCAL_CPU)
 
 Resolver = Callable[[str], LocalDevice | None]
 _RESOLVERS: list[Resolver] = []
+_RUNTIMES: dict[str, Runtime] = {}
 
 
 def register_local(resolver: Resolver) -> Resolver:
@@ -113,6 +137,23 @@ def register_local(resolver: Resolver) -> Resolver:
     for a name it does not know. Later registrations are asked first."""
     _RESOLVERS.insert(0, resolver)
     return resolver
+
+
+def register_runtime(runtime: Runtime) -> Runtime:
+    """Register a runtime: its devices resolve by name, and a device of its kind runs
+    on it. A kind registered again is replaced."""
+    if not runtime.kind:
+        raise ValueError(f"{type(runtime).__name__}: a runtime needs a kind")
+    _RUNTIMES[runtime.kind] = runtime
+    register_local(runtime.resolve)
+    return runtime
+
+
+def runtime_of(kind: str) -> Runtime:
+    """The runtime registered for ``kind``."""
+    if kind not in _RUNTIMES:
+        raise ValueError(f"no runtime is registered for devices of kind {kind!r}")
+    return _RUNTIMES[kind]
 
 
 def local_device(name: str) -> LocalDevice | None:
@@ -126,36 +167,112 @@ def local_device(name: str) -> LocalDevice | None:
 
 def local_names() -> str:
     """The local device names, in words, for a message."""
-    return "local-cpu, local-cpu-Nt (N threads), local-cuda, local-cuda-bN (batch N)"
+    return ", ".join(r.names for r in _RUNTIMES.values() if r.names)
 
 
-_LOCAL_CPU = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
-_LOCAL_CUDA = re.compile(r"local-cuda(?:-b(?P<batch>[1-9]\d*))?")
+class OnnxRuntimeCpu(Runtime):
+    """``local-cpu`` (1 thread) or ``local-cpu-Nt`` (N threads): ONNX Runtime's CPU
+    provider on this machine."""
+
+    kind = "cpu"
+    names = "local-cpu, local-cpu-Nt (N threads)"
+    sparse_kernels = True
+    pattern = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
+
+    def resolve(self, name: str) -> LocalDevice | None:
+        m = self.pattern.fullmatch(name)
+        return LocalDevice(name, threads=int(m["threads"] or 1)) if m else None
+
+    def backend(self, device: LocalDevice) -> Any:
+        from .runner import OrtBackend
+
+        return OrtBackend(device.provider, device.threads)
 
 
-@register_local
-def _local_cpu(name: str) -> LocalDevice | None:
-    """``local-cpu`` (1 thread) or ``local-cpu-Nt`` (N threads): this machine's CPU."""
-    m = _LOCAL_CPU.fullmatch(name)
-    return LocalDevice(name, threads=int(m["threads"] or 1)) if m else None
+class OpenVinoCpu(Runtime):
+    """``local-openvino`` (1 thread) or ``local-openvino-Nt`` (N threads): OpenVINO's
+    CPU plugin on this machine, reading the same ONNX exports at FP32 inference
+    precision. FP32 only: Frontier's INT8 exports use ONNX Runtime's QOperator
+    operators (QLinearConv, QGemm, ...), which OpenVINO 2026.4's ONNX frontend does not
+    convert (it reads INT8 as QDQ); their rows are recorded unsupported."""
+
+    kind = "openvino"
+    names = "local-openvino, local-openvino-Nt (N threads)"
+    pattern = re.compile(r"local-openvino(?:-(?P<threads>[1-9]\d*)t)?")
+
+    def resolve(self, name: str) -> LocalDevice | None:
+        m = self.pattern.fullmatch(name)
+        if not m:
+            return None
+        return LocalDevice(
+            name,
+            kind=self.kind,
+            threads=int(m["threads"] or 1),
+            precisions=("fp32",),
+            provider="openvino-CPU",
+            timing="OpenVINO infer request (CPU plugin, latency hint, f32), wall clock",
+        )
+
+    def unavailable(self, device: LocalDevice) -> str:
+        import importlib.util
+
+        if importlib.util.find_spec("openvino") is None:
+            return (
+                f"{device.name} is timed with OpenVINO, which is not installed: "
+                "pip install 'frontier[openvino]' (or pip install openvino)"
+            )
+        return ""
+
+    def backend(self, device: LocalDevice) -> Any:
+        from .runner import OvBackend
+
+        return OvBackend(device.threads, "f32")
 
 
-@register_local
-def _local_cuda(name: str) -> LocalDevice | None:
+class CudaGraphs(Runtime):
     """``local-cuda`` (batch 1) or ``local-cuda-bN`` (batch N): this machine's GPU.
     INT8 is left out: no runtime Frontier times on a GPU has INT8 kernels. BF16 too: no
     plan chooses it and no export writes it (a GPU trial's training may still run under
     bf16 autocast, ``search.train.mixed_precision``; that is not a precision a table
     prices)."""
-    m = _LOCAL_CUDA.fullmatch(name)
-    if not m:
-        return None
-    return LocalDevice(
-        name,
-        kind="cuda",
-        batch_size=int(m["batch"] or 1),
-        precisions=("fp32", "fp16"),
-        provider="torch-cuda",
-        timing="CUDA graph replay (PyTorch), CUDA events",
-        energy="the GPU's total-energy counter (NVML) over the timed replays",
-    )
+
+    kind = "cuda"
+    names = "local-cuda, local-cuda-bN (batch N)"
+    measures_energy = True
+    pattern = re.compile(r"local-cuda(?:-b(?P<batch>[1-9]\d*))?")
+
+    def resolve(self, name: str) -> LocalDevice | None:
+        m = self.pattern.fullmatch(name)
+        if not m:
+            return None
+        return LocalDevice(
+            name,
+            kind=self.kind,
+            batch_size=int(m["batch"] or 1),
+            precisions=("fp32", "fp16"),
+            provider="torch-cuda",
+            timing="CUDA graph replay (PyTorch), CUDA events",
+            energy="the GPU's total-energy counter (NVML) over the timed replays",
+        )
+
+    def unavailable(self, device: LocalDevice) -> str:
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch is a dependency
+            return "PyTorch is not installed"
+        if not torch.cuda.is_available():
+            return (
+                f"{device.name} is timed on this machine's CUDA GPU, and PyTorch sees none "
+                "(torch.cuda.is_available() is False); measure a GPU elsewhere with "
+                "runner_torch.py and `frontier lut import` its table under another name"
+            )
+        return ""
+
+    def backend(self, device: LocalDevice) -> Any:
+        from .runner_torch import GraphBackend
+
+        return GraphBackend("cuda")
+
+
+for _runtime in (OnnxRuntimeCpu(), OpenVinoCpu(), CudaGraphs()):
+    register_runtime(_runtime)

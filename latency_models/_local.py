@@ -95,8 +95,8 @@ def device_power_w(device: LocalDevice, measured: Path) -> tuple[float | None, s
         return float(np.median(ratios)), (
             f"measured: {device.energy}, median over {len(ratios)} whole models"
         )
-    if device.kind == "cuda":
-        return None, "unknown: the GPU has no energy counter NVML can read"
+    if device.runtime.measures_energy:
+        return None, f"unknown: {device.name} has no energy counter that could be read"
     return cpu_power_w()
 
 
@@ -158,7 +158,7 @@ def ensure_local_table(
     sparse = [  # sparse kernels are timed on the CPU (torch CSR); a GPU prices them dense
         s
         for s in sparse_variants(found.ops, space.options.sparsity)
-        if table.get(s.key) is None and device.kind == "cpu"
+        if table.get(s.key) is None and device.runtime.sparse_kernels
     ]
     if sparse:
         table = _measure_sparse(table, sparse, store, device.threads, rounds, round_s)

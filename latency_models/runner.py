@@ -6,6 +6,11 @@ copied over::
 
     python runner.py ops.zip --device pi4 --out pi4.csv
 
+An Intel box that deploys with OpenVINO measures with it instead (``pip install
+openvino onnx numpy``; ``--precision`` sets its inference precision, f32 by default)::
+
+    python runner.py ops.zip --device nuc --out nuc.csv --runtime openvino
+
 (or ``python -m frontier.latency_models.runner`` / ``frontier lut measure`` where
 Frontier is installed). Rerunning with the same ``--out`` skips what the file holds.
 
@@ -362,24 +367,40 @@ def open_session(
     sess = inference_session(
         data, options, provider=provider, weights=weights, weights_seed=weights_seed
     )
+    inputs = [
+        (i.name, i.type.removeprefix("tensor(").rstrip(")"), i.shape) for i in sess.get_inputs()
+    ]
+    feeds = seeded_feeds(inputs, batch_size, rng)
+    return (lambda: sess.run(None, feeds)), feeds
+
+
+#: ONNX Runtime's names of input element types -> numpy's
+_FEED_TYPES = {"float": "float32", "float16": "float16", "int64": "int64", "int32": "int32",
+               "uint8": "uint8", "int8": "int8"}  # fmt: skip
+
+
+def seeded_feeds(inputs: list[tuple[str, str, list[Any]]], batch_size: int, rng: Any) -> dict:
+    """Seeded inputs for ``inputs`` (name, element type as ONNX Runtime names it or
+    numpy does, dimensions; a dimension that is not a number is the batch, at
+    ``batch_size``): floats standard normal, token ids and 8-bit tensors drawn over
+    their range."""
+    import numpy as np
+
     feeds = {}
-    for inp in sess.get_inputs():
-        dims = [d if isinstance(d, int) else batch_size for d in inp.shape]
-        if inp.type in ("tensor(int64)", "tensor(int32)"):
+    for name, elem, shape in inputs:
+        dims = [d if isinstance(d, int) else batch_size for d in shape]
+        dtype = np.dtype(_FEED_TYPES.get(elem, elem))
+        if dtype in (np.int64, np.int32):
             # token ids: 1 to 4 are rows of any vocabulary (BERT's has its five special
             # tokens first), and a dense kernel's time does not depend on which it reads
-            dtype = np.int64 if inp.type == "tensor(int64)" else np.int32
-            feeds[inp.name] = rng.integers(1, 5, size=dims).astype(dtype)
-        elif inp.type in ("tensor(uint8)", "tensor(int8)"):
+            feeds[name] = rng.integers(1, 5, size=dims).astype(dtype)
+        elif dtype in (np.uint8, np.int8):
             # an INT8 op inside a chain reads the 8-bit tensor the op before it wrote
-            small = np.dtype(np.uint8 if inp.type == "tensor(uint8)" else np.int8)
-            info = np.iinfo(small)
-            feeds[inp.name] = rng.integers(info.min, info.max, size=dims, endpoint=True).astype(
-                small
-            )
+            info = np.iinfo(dtype)
+            feeds[name] = rng.integers(info.min, info.max, size=dims, endpoint=True).astype(dtype)
         else:
-            feeds[inp.name] = rng.standard_normal(dims).astype(np.float32)
-    return (lambda: sess.run(None, feeds)), feeds
+            feeds[name] = rng.standard_normal(dims).astype(dtype)
+    return feeds
 
 
 def time_chunked(
@@ -607,6 +628,154 @@ class OrtBackend:
         return {}
 
 
+def filled_model(data: bytes, weights: list[Any] | None = None, weights_seed: int = 0) -> bytes:
+    """The bundle model ``data`` with the weights it left out drawn (``seeded_weights``)
+    and stored in it, for a runtime that takes no external initializers (OpenVINO).
+    Needs the ``onnx`` package."""
+    if not weights:
+        return data
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load_from_string(data)
+    values = seeded_weights(weights, weights_seed)
+    for tensor in proto.graph.initializer:
+        if tensor.name in values:
+            tensor.CopyFrom(numpy_helper.from_array(values[tensor.name], tensor.name))
+    return bytes(proto.SerializeToString())
+
+
+#: OpenVINO's inference precision on the CPU, as ``--precision`` names it; its own
+#: default on a CPU with BF16 units is bf16, which prices every FP32 layer as BF16
+OV_PRECISIONS = ("f32", "bf16", "f16")
+
+
+class OvBackend:
+    """OpenVINO's CPU plugin: each model read from the bundle's ONNX, reshaped to its
+    batch, compiled with ``threads`` inference threads, one stream, the latency hint
+    and the inference precision ``precision`` (``f32`` by default: OpenVINO's own
+    default on a CPU with BF16 units is bf16), and run by an infer request, timed by
+    the wall clock; profiled by OpenVINO's per-node performance counters."""
+
+    timer_name = ""
+
+    def __init__(self, threads: int = 1, precision: str = "f32") -> None:
+        try:
+            import openvino as ov
+        except ImportError:
+            raise ValueError(
+                "the openvino runtime needs the openvino package (pip install openvino, "
+                "or Frontier's extra: pip install 'frontier[openvino]')"
+            ) from None
+        if precision not in OV_PRECISIONS:
+            raise ValueError(f"precision must be one of {list(OV_PRECISIONS)}, got {precision!r}")
+        self.core = ov.Core()
+        self.threads, self.precision = threads, precision
+        self.provider = "openvino-CPU"
+        self._version = ov.__version__
+        self._config = {
+            "INFERENCE_NUM_THREADS": threads,
+            "NUM_STREAMS": 1,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": precision,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "openvino": self._version,
+            "provider": self.provider,
+            "precision_hint": self.precision,
+            "threads": self.threads,
+        }
+
+    def _compiled(self, data: bytes, entry: dict[str, Any], batch_size: int, counters: bool) -> Any:
+        import numpy as np
+        import openvino as ov
+
+        try:
+            model = self.core.read_model(
+                filled_model(data, **weights_of(entry)), ov.Tensor(np.empty(0, np.uint8))
+            )
+        except RuntimeError as err:  # its ONNX frontend cannot convert some operator
+            # its report ends "Summary:" then "-- ... for: OP-17, com.microsoft.QGemm-1"
+            summary = str(err).partition("Summary:")[2].splitlines()
+            failed = sorted(
+                {op.strip().rsplit("-", 1)[0].removeprefix("com.microsoft.")
+                 for line in summary if line.startswith("-- ") and ":" in line
+                 for op in line.partition(":")[2].split(",") if op.strip()}
+            )  # fmt: skip
+            int8 = [op for op in failed if op.startswith("Q") or "Quantize" in op]
+            raise ValueError(
+                f"OpenVINO cannot convert {', '.join(failed) or 'this model'}"
+                + (" (ONNX Runtime's INT8 operators; OpenVINO reads INT8 as QDQ)" if int8 else "")
+            ) from None
+        model.reshape(
+            {
+                inp.get_any_name(): [
+                    d.get_length() if d.is_static else batch_size for d in inp.get_partial_shape()
+                ]
+                for inp in model.inputs
+            }
+        )
+        return self.core.compile_model(model, "CPU", {**self._config, "PERF_COUNT": counters})
+
+    def open(
+        self, data: bytes, entry: dict[str, Any], *, batch_size: int, rng: Any
+    ) -> tuple[Callable[[], Any], dict[str, Any]]:
+        compiled = self._compiled(data, entry, batch_size, counters=False)
+        request = compiled.create_infer_request()
+        inputs = [
+            (i.get_any_name(), i.get_element_type().to_dtype().name, list(i.get_shape()))
+            for i in compiled.inputs
+        ]
+        feeds = seeded_feeds(inputs, batch_size, rng)
+
+        def run() -> Any:
+            return request.infer(feeds, share_inputs=True, share_outputs=True)
+
+        run.request = request  # type: ignore[attr-defined]
+        return run, feeds
+
+    def timer(self, run: Callable[[], Any]) -> float:
+        return wall_clock_ms(run)
+
+    def profile(
+        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+    ) -> dict[str, Any]:
+        """Each node's median time (us) from OpenVINO's performance counters, named as
+        OpenVINO names it (a convolution whose bias it folded is ``NAME/WithoutBiases``:
+        kept under ``NAME``), and ``model_run`` by the wall clock."""
+        batch = next(iter(feeds.values())).shape[0] if feeds else 1
+        request = self._compiled(data, entry, batch, counters=True).create_infer_request()
+        times: dict[str, list[float]] = {"model_run": []}
+        kinds: dict[str, str] = {"model_run": ""}
+        for _ in range(runs):
+            start = time.perf_counter()
+            request.infer(feeds, share_inputs=True, share_outputs=True)
+            times["model_run"].append((time.perf_counter() - start) * 1e6)
+            for info in request.get_profiling_info():
+                us = info.real_time.total_seconds() * 1e6
+                if info.node_type in ("Parameter", "Result") and us == 0:
+                    continue
+                name = info.node_name.removesuffix("/WithoutBiases")
+                times.setdefault(name, []).append(us)
+                kinds[name] = info.node_type
+        return {k: [kinds[k], statistics.median(v[len(v) // 2 :])] for k, v in times.items() if v}
+
+    def diagnose(
+        self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {}
+
+
+def backend_from_args(args: argparse.Namespace) -> Backend:
+    """The backend ``add_measure_arguments``' options name: ONNX Runtime's provider or
+    OpenVINO, with ``--threads`` threads."""
+    if args.runtime == "openvino":
+        return OvBackend(args.threads, args.precision)
+    return OrtBackend(args.provider, args.threads)
+
+
 def read_manifest(bundle: Path) -> dict[str, Any]:
     """The bundle's manifest, checked for format and version."""
     try:
@@ -688,6 +857,8 @@ def measure_bundle(
     manifest = read_manifest(bundle)
     batch_size = _batch_of(bundle, manifest, batch_size)
     backend = backend if backend is not None else OrtBackend(provider, threads)
+    # a backend that knows its threads is what the table records, not the argument
+    threads = int(getattr(backend, "threads", threads))
     meta = _run_meta(manifest, backend, device, threads, batch_size, rounds, round_s)
     _write_meta(out, meta)
     # The result carries what the table is predicted with (op specs, the ops of each
@@ -960,7 +1131,22 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", help="the ops.zip bundle")
     parser.add_argument("--device", required=True, help="a name for this device, e.g. pi4")
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
-    parser.add_argument("--provider", default="CPUExecutionProvider")
+    parser.add_argument(
+        "--runtime",
+        choices=("onnxruntime", "openvino"),
+        default="onnxruntime",
+        help="what runs each model: ONNX Runtime (default) or OpenVINO (needs the "
+        "openvino and onnx packages)",
+    )
+    parser.add_argument("--provider", default="CPUExecutionProvider",
+                        help="ONNX Runtime's execution provider")  # fmt: skip
+    parser.add_argument(
+        "--precision",
+        choices=OV_PRECISIONS,
+        default="f32",
+        help="OpenVINO's inference precision (default f32; OpenVINO's own default on a "
+        "CPU with BF16 units is bf16)",
+    )
     parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument(
         "--batch-size",
@@ -1002,11 +1188,10 @@ def measure_from_args(args: argparse.Namespace) -> Path:
         args.bundle,
         args.out,
         device=args.device,
-        provider=args.provider,
-        threads=args.threads,
         batch_size=args.batch_size,
         rounds=args.rounds,
         round_s=args.round_s,
+        backend=backend_from_args(args),
     )
 
 

@@ -12,11 +12,13 @@ from frontier.latency_models import (
     DeviceStore,
     DeviceUnavailable,
     LocalDevice,
+    Runtime,
     _devices,
     ensure_local_table,
     local_device,
     measure_local,
     register_local,
+    register_runtime,
     whole_model_bytes,
 )
 from frontier.latency_models._local import table_device
@@ -34,6 +36,8 @@ from .test_cli import CONFIG
         ("local-cpu-4t", "cpu", 4, 1),
         ("local-cuda", "cuda", 1, 1),
         ("local-cuda-b32", "cuda", 1, 32),
+        ("local-openvino", "openvino", 1, 1),
+        ("local-openvino-2t", "openvino", 2, 1),
     ],
 )
 def test_builtin_names(name: str, kind: str, threads: int, batch: int) -> None:
@@ -61,15 +65,25 @@ class CountingBackend(OrtBackend):
         return super().open(*args, **kwargs)
 
 
-@dataclasses.dataclass(frozen=True)
-class CountingDevice(LocalDevice):
-    def backend(self):
-        return CountingBackend(self.provider, self.threads)
+class Counting(Runtime):
+    """A runtime of its own: ONNX Runtime on this CPU, counting the models it opens. Its
+    devices are plain ``LocalDevice`` objects of its kind: nothing else is subclassed."""
+
+    kind = "counted"
+    names = "local-counted"
+
+    def resolve(self, name):
+        return LocalDevice(name, kind=self.kind) if name == "local-counted" else None
+
+    def backend(self, device):
+        return CountingBackend(device.provider, device.threads)
 
 
 def test_a_new_device_kind_is_one_registration(monkeypatch, mlp_setup, tmp_path) -> None:
     monkeypatch.setattr(_devices, "_RESOLVERS", list(_devices._RESOLVERS))
-    register_local(lambda name: CountingDevice(name) if name == "local-counted" else None)
+    monkeypatch.setattr(_devices, "_RUNTIMES", dict(_devices._RUNTIMES))
+    register_runtime(Counting())
+    assert "local-counted" in _devices.local_names()
     task, model, x, space = mlp_setup
     store = DeviceStore(tmp_path / "store")
     table = ensure_local_table(
@@ -81,7 +95,7 @@ def test_a_new_device_kind_is_one_registration(monkeypatch, mlp_setup, tmp_path)
     assert opened >= len(table.rows) and store.names() == ["local-counted"]
     # measuring a model again goes through the same device
     device = table_device(table)
-    assert isinstance(device, CountingDevice)
+    assert device.kind == "counted" and isinstance(device.runtime, Counting)
     ms = measure_local(whole_model_bytes(model, CompressionPlan(), x), device=device)
     assert ms > 0 and CountingBackend.opened == opened + 1
     # ... and a search resolves it as a device measured here: the stored table
