@@ -23,8 +23,15 @@ activation ranges are calibrated on one batch of 8.
 Each space's table is measured in a store of its own (``--store DIR/SPACE``), so it is
 calibrated on its own space's whole models.
 
+``--device local-openvino`` checks OpenVINO's table the same way, against a plain
+OpenVINO loop (one compiled model per plan, 1 thread, latency hint, f32), each space
+kept FP32 (Frontier's INT8 exports are ONNX Runtime's QOperator format, which OpenVINO
+does not read), and times every plan with a plain ONNX Runtime loop too: the speed-ups
+of the same plans on each runtime, side by side.
+
 Run: python benchmarks/bench_latency_trust.py [SPACE ...] [--samples 50]
      [--store DIR] [--json benchmarks/report-logs/latency-trust.json]
+     [--device local-openvino]
 Writes one entry per space into the JSON (others already there are kept).
 """
 
@@ -50,6 +57,46 @@ SPACES = [
 ]
 HERE = Path(__file__).parent
 SCENARIOS = HERE / "report-logs" / "scenarios.json"
+
+
+def plain_openvino_ms(
+    path: Path, *, warmup: int = 30, runs: int = 300, max_s: float = 1.0
+) -> float:
+    """What a user of OpenVINO checking a number writes: the ONNX file compiled for the
+    CPU with one thread, one stream, the latency hint and FP32 inference precision, an
+    infer request warmed up, then the median of back-to-back runs."""
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(str(path))
+    shapes = {
+        i.get_any_name(): [d.get_length() if d.is_static else 1 for d in i.get_partial_shape()]
+        for i in model.inputs
+    }
+    model.reshape(shapes)
+    compiled = core.compile_model(model, "CPU", {
+        "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32",
+    })  # fmt: skip
+    request = compiled.create_infer_request()
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.get_any_name(): (
+            rng.integers(1, 5, size=list(i.get_shape())).astype(np.int64)
+            if "i64" in str(i.get_element_type())
+            else rng.standard_normal(list(i.get_shape())).astype(np.float32)
+        )
+        for i in compiled.inputs
+    }
+    for _ in range(warmup):
+        request.infer(feeds)
+    times = []
+    start = time.perf_counter()
+    while len(times) < runs and time.perf_counter() - start < max_s:
+        t0 = time.perf_counter()
+        request.infer(feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def plain_loop_ms(path: Path, *, warmup: int = 30, runs: int = 300, max_s: float = 1.0) -> float:
@@ -108,8 +155,29 @@ def scenario_pick(name: str) -> dict[str, Any] | None:
     return None
 
 
+def fp32_config(name: str, folder: Path) -> Path:
+    """The config ``name`` (built-in or a file) with every layer kept FP32: the space a
+    device without INT8 kernels for Frontier's exports (``local-openvino``) prices."""
+    import yaml
+
+    from frontier.experiments import builtin_configs
+
+    path = Path(name) if Path(name).exists() else builtin_configs()[name]
+    config = yaml.safe_load(path.read_text())
+    config["name"] = f"{config['name']}-fp32"
+    config["space"].setdefault("techniques", {})["quantize"] = {"weight_bits": [32],
+                                                                "act_bits": [32]}  # fmt: skip
+    out = folder / f"{config['name']}.yaml"
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
 def run_space(
-    name: str, samples: int, store_dir: Path, budget_s: float | None = None
+    name: str,
+    samples: int,
+    store_dir: Path,
+    budget_s: float | None = None,
+    device_name: str = "local-cpu",
 ) -> dict[str, Any]:
     from frontier.latency_models import (
         VALIDATION_SEED0,
@@ -118,6 +186,7 @@ def run_space(
         corner_plans,
         ensure_local_table,
         error_summary,
+        local_device,
         measure_models,
         quiet_root_logger,
         whole_model_bytes,
@@ -131,11 +200,16 @@ def run_space(
     # INT8 activation ranges do not move latency: one small batch calibrates them
     example, calibration = task.example_inputs(), task.calibration_batches(batches=1, batch_size=8)
     start = time.perf_counter()
+    device = local_device(device_name)
+    if device is None:
+        raise SystemExit(f"{device_name}: not a device of this machine")
+    openvino = device.kind == "openvino"
     table = ensure_local_table(
         model,
         example,
         space,
         store=DeviceStore(store_dir),
+        name=device_name,
         calibration_data=calibration,
         calibration_budget_s=budget_s,
     )
@@ -146,7 +220,11 @@ def run_space(
         ("random", f"seed {VALIDATION_SEED0 + i}", space.sample(VALIDATION_SEED0 + i))
         for i in range(samples)
     ]
-    plans += [("corner", label, plan) for label, plan in corner_plans(space)]
+    plans += [
+        ("corner", label, plan)
+        for label, plan in corner_plans(space)
+        if not (openvino and "int8" in label.lower())
+    ]
     pick = scenario_pick(config.name)
     if pick is not None:
         plans.append(("pick", "the scenario's last pick", CompressionPlan.from_dict(pick)))
@@ -162,9 +240,12 @@ def run_space(
         # each chunk times the uncompressed model in its rounds: rows and speed-ups
         # are stated against it, as tables are (runner.relative_to)
         base_file = files[next(i for i, p in enumerate(plans) if p[1] == "prune 0, fp32")]
-        first = measure_models(files, label=f"{name} pass 1", seed=0, reference=base_file)
-        plain = [plain_loop_ms(f) for f in files]
-        second = measure_models(files, label=f"{name} pass 2", seed=1, reference=base_file)
+        kw = {"device": device, "reference": base_file}
+        first = measure_models(files, label=f"{name} pass 1", seed=0, **kw)
+        plain = [(plain_openvino_ms if openvino else plain_loop_ms)(f) for f in files]
+        # the same files as ONNX Runtime runs them: which compression pays on which runtime
+        other = [plain_loop_ms(f) for f in files] if openvino else plain
+        second = measure_models(files, label=f"{name} pass 2", seed=1, **kw)
     base_index = next(i for i, p in enumerate(plans) if p[1] == "prune 0, fp32")
     rows = [
         {
@@ -179,9 +260,18 @@ def run_space(
             "predicted_speedup": round(predicted[base_index] / p, 4),
             "measured_speedup": round(first[base_index] / m, 4),
             "measured_speedup_again": round(second[base_index] / m2, 4),
+            **(
+                {
+                    "plain_onnxruntime_ms": round(o, 5),
+                    "plain_speedup": round(plain[base_index] / u, 4),
+                    "plain_onnxruntime_speedup": round(other[base_index] / o, 4),
+                }
+                if openvino
+                else {}
+            ),
         }
-        for (kind, label, _), p, m, m2, u in zip(
-            plans, predicted, first, second, plain, strict=True
+        for (kind, label, _), p, m, m2, u, o in zip(
+            plans, predicted, first, second, plain, other, strict=True
         )
     ]
 
@@ -207,6 +297,7 @@ def run_space(
     quality = latency.quality()
     return {
         "space": config.name,
+        "device": device_name,
         "table_ops": len(table.ops()),
         "calibration_models": len(table.whole_models("calibration")),
         "table_s": round(table_s, 1),
@@ -278,6 +369,12 @@ def main() -> None:
         default=0.0,
         help="local_table.calibration_budget_s for the table (default 0: none, the full count)",
     )
+    parser.add_argument(
+        "--device",
+        default="local-cpu",
+        help="the device of this machine to check (default local-cpu; local-openvino "
+        "checks OpenVINO against a plain OpenVINO loop, its spaces kept FP32)",
+    )
     args = parser.parse_args()
     if args.report:
         print(markdown(json.loads(args.json.read_text())))
@@ -290,9 +387,16 @@ def main() -> None:
             start = time.perf_counter()
             # a store per space: each table is calibrated on its own space's models
             budget = args.budget_s or None
-            result = run_space(name, args.samples, store / Path(name).stem, budget)
+            source = name
+            if args.device.startswith("local-openvino"):
+                source = str(fp32_config(name, Path(tmp)))
+            result = run_space(source, args.samples, store / Path(source).stem, budget, args.device)
             result["wall_s"] = round(time.perf_counter() - start, 1)
-            name = result["space"]
+            name = (
+                result["space"]
+                if args.device == "local-cpu"
+                else f"{result['space']}@{args.device}"
+            )
             results[name] = result
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(results, indent=1))
