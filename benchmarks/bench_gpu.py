@@ -341,7 +341,7 @@ def _text_loaders(batch: int, cuda: bool, samples: int, quick: bool) -> tuple[An
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from frontier.experiments._text import LengthBatches, trim
+    from frontier.experiments import LengthBatches, trim
 
     s = _text_shape(quick)
     gen = torch.Generator().manual_seed(0)
@@ -364,7 +364,7 @@ def _trial_models(name: str, quick: bool, samples: int, batch: int, cuda: bool) 
     from frontier.spaces import CompressionPlan, SpaceOptions, apply_plan, discover
 
     if name == "text-student":
-        from frontier.experiments._text import CachedLogits
+        from frontier.experiments import CachedLogits
 
         model, x, options = _text_model(quick)
         loaders, ids = _text_loaders(batch, cuda, samples, quick)
@@ -376,7 +376,7 @@ def _trial_models(name: str, quick: bool, samples: int, batch: int, cuda: bool) 
         )
         student = apply_plan(model, plan, x)
         return teacher, student, loaders, plan
-    from frontier.experiments._fashion import adapt_model
+    from frontier.experiments import adapt_model
 
     torch.manual_seed(0)
     model = adapt_model(name)
@@ -408,7 +408,7 @@ def train_trial(name: str, device: str, *, quick: bool = False) -> dict[str, Any
     syncs counted over the timed steps."""
     import torch
 
-    from frontier.evaluators._accuracy import distill
+    from frontier.evaluators import distill
     from frontier.spaces import Accelerator
 
     trial_steps, batch, gpu_steps, cpu_steps = TRAINING[name]

@@ -30,7 +30,7 @@ from ._tasks import (
     task_baseline,
     task_names,
 )
-from ._text import TextRecipe, TextTask, train_text_model
+from ._text import CachedLogits, LengthBatches, TextRecipe, TextTask, train_text_model, trim
 from ._text_data import load_bert, read_corpus, tokenize
 from ._training import accelerator, evaluate, fit, pin_memory, progress_bar, use_accelerator
 
@@ -45,10 +45,12 @@ def builtin_configs() -> dict[str, Path]:
 __all__ = [
     "CONFIG_DIR",
     "FASHION_MNIST_ROOT",
+    "CachedLogits",
     "DigitsTask",
     "IdxRecipe",
     "IdxTask",
     "ImageFolderTask",
+    "LengthBatches",
     "Loaders",
     "Recipe",
     "SwishBeta",
@@ -80,6 +82,7 @@ __all__ = [
     "train_classifier",
     "train_idx_model",
     "train_text_model",
+    "trim",
     "use_accelerator",
     "write_idx",
 ]
