@@ -853,6 +853,53 @@ def _num(value: Any, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def runtimes_section(runs: dict[str, Any]) -> list[str]:
+    """A second runtime (``bench_latency_trust.py --device local-openvino``): its table
+    against a plain loop of that runtime, and the same plans' speed-ups on each runtime."""
+    from frontier.latency_models import error_summary
+
+    lines = [
+        "### A second runtime: OpenVINO (`bench_latency_trust.py --device local-openvino`)",
+        "",
+        "Each space kept FP32 (Frontier's INT8 exports are ONNX Runtime's QOperator format, "
+        "which OpenVINO does not read). 'vs plain loop': the table's prediction of each "
+        "seeded random plan against a plain OpenVINO loop (one compiled model per plan, 1 "
+        "thread, latency hint, f32, warm, median), target >= 95% within 10%; 'ceiling': "
+        "the protocol's two passes over the same plans; speed-ups over the uncompressed "
+        "model as the table predicts them and as each runtime's plain loop measures them.",
+        "",
+        "| space | plans | vs plain loop within 10% / MAPE | | ceiling within 10% | "
+        "speed-ups within 10% | speed-up OpenVINO / ONNX Runtime: half-pruned corner | "
+        "fastest random plan |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        rows = [r for r in run["rows"] if r["set"] == "random"]
+        if not rows:
+            continue
+        plain = error_summary([r["predicted_ms"] for r in rows], [r["plain_loop_ms"] for r in rows])
+        speed = error_summary(
+            [r["predicted_speedup"] for r in rows], [r["plain_speedup"] for r in rows]
+        )
+        within = plain["within_10pct"]
+        corner = next((r for r in run["rows"] if r["set"] == "corner"
+                       and r["plan"].startswith("prune 0.5")), None)  # fmt: skip
+        fastest = max(rows, key=lambda r: r["plain_speedup"])
+
+        def pair(r: dict[str, Any] | None) -> str:
+            if r is None or "plain_onnxruntime_speedup" not in r:
+                return "-"
+            return f"{r['plain_speedup']:.2f}x / {r['plain_onnxruntime_speedup']:.2f}x"
+
+        lines.append(
+            f"| {name} | {len(rows)} | {_pct(within)} / {_pct(plain['mape'])} | "
+            f"{'met' if within >= 0.95 else 'MISSED'} | "
+            f"{_pct(run['random']['repeatability']['within_10pct'])} | "
+            f"{_pct(speed['within_10pct'])} | {pair(corner)} | {pair(fastest)} |"
+        )
+    return [*lines, ""]
+
+
 def gpu_section(tables: dict[str, Any], accel: dict[str, Any] | None) -> list[str]:
     """The GPU path (``bench_gpu.py``): each GPU table against its validation plans'
     graph replays, and one trial's training on the GPU against this CPU."""
@@ -910,6 +957,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),
         ("remote-models.json", remote_models_section),
+        ("runtimes.json", runtimes_section),
         ("learn.json", learn_section),
         ("scenarios.json", scenario_runs_section),
         ("search.json", search_methods_section),

@@ -262,6 +262,25 @@ def evaluator_names() -> list[str]:
     return _EVALUATORS.names()
 
 
+@dataclass(frozen=True)
+class MetricKey:
+    """An objective's or metric's name as a config writes it: the metric, and after
+    ``@`` the device it is measured on where it takes one (``latency_ms@local-cpu``,
+    ``serving_co2e_saved_g@pi4``; ``size_bytes`` has none). Every ``name@device``
+    string is read here and nowhere else."""
+
+    metric: str
+    device: str = ""
+
+    @classmethod
+    def parse(cls, name: str) -> MetricKey:
+        metric, _, device = name.partition("@")
+        return cls(metric, device)
+
+    def __str__(self) -> str:
+        return f"{self.metric}@{self.device}" if self.device else self.metric
+
+
 def build_evaluator(objective: str, **options: Any) -> Evaluator:
     """The evaluator of an objective name: ``accuracy``, ``size_bytes``, ``macs``,
     ``bops``, ``latency_ms@DEVICE``, ``energy_mj@DEVICE``, ``co2e_g``
@@ -271,7 +290,8 @@ def build_evaluator(objective: str, **options: Any) -> Evaluator:
         objective: the objective name, a device after ``@`` where it takes one.
         options: keyword arguments for the evaluator.
     """
-    base, _, device = objective.partition("@")
+    key = MetricKey.parse(objective)
+    base, device = key.metric, key.device
     factory = _EVALUATORS.get(base)
     if factory is None:
         raise ValueError(

@@ -328,7 +328,7 @@ def measure_plans(
         for i, plan in enumerate(plans):
             with quiet_root_logger():
                 data = whole_model_bytes(
-                    model, plan, example_inputs, calibration_data, half=bool(table.meta.get("half"))
+                    model, plan, example_inputs, calibration_data, half=table.device_meta.half
                 )
             files.append(Path(tmp) / f"{i}.onnx")
             files[-1].write_bytes(data)
@@ -348,4 +348,4 @@ def table_device(table: DeviceTable) -> LocalDevice:
     found = local_device(table.name)
     if found is not None:
         return found
-    return LocalDevice(table.name, threads=int(table.meta.get("threads", 1) or 1))
+    return LocalDevice(table.name, threads=table.device_meta.threads or 1)

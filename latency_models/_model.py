@@ -241,7 +241,7 @@ class LatencyModel:
         """Prepare predictions for plans of ``space`` on ``model`` (exports it once), at
         the batch the table's ops were measured at (``op_batch_size``: a GPU device at
         batch 32 prices ops of batch 32)."""
-        batch = int(self.table.meta.get("op_batch_size", 1) or 1)
+        batch = self.table.device_meta.op_batch_size or 1
         half = bool(self.table.meta.get("half", False))  # its 16-bit layers run FP16
         self._bound[id(model)] = space_templates(
             model, example_inputs, space, batch_size=batch, half=half

@@ -95,6 +95,9 @@ class DeviceMeta:
     Args:
         device: the device name the table is stored under.
         cpu, provider, threads, onnxruntime, date, bundle_id: how it was measured.
+        half: its 16-bit layers run in FP16 (a GPU's bundle, ``export_onnx(half=True)``).
+        batch_size, op_batch_size: the batch its whole models were timed at, and its op
+            models built at (one, where the table was imported).
         active_power_w: the device's power while running, for energy (None: unknown).
         unsupported_ops: op kinds it cannot run (priced on ``offload_device``).
         derived_from: the device whose rows a derived device reuses.
@@ -110,6 +113,9 @@ class DeviceMeta:
     onnxruntime: str | None = None
     date: str | None = None
     bundle_id: str | None = None
+    half: bool = False
+    batch_size: int | None = None
+    op_batch_size: int | None = None
     active_power_w: float | None = None
     unsupported_ops: tuple[str, ...] = ()
     derived_from: str | None = None
@@ -123,6 +129,8 @@ class DeviceMeta:
         known = {k: v for k, v in data.items() if k in names}
         if "unsupported_ops" in known:
             known["unsupported_ops"] = tuple(known["unsupported_ops"] or ())
+        if "half" in known:
+            known["half"] = bool(known["half"])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +138,7 @@ class DeviceMeta:
         out = dict(self.extra)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name != "extra" and value not in (None, ()):
+            if f.name != "extra" and value not in (None, (), False):
                 out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -389,7 +397,8 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
 def _check_batch(path: Path, meta: dict[str, Any], rows: list[Row]) -> None:
     """Refuse a table whose whole models were timed at another batch than its op models
     were built at: its sum of ops would predict one batch and calibrate on another."""
-    batch, op_batch = meta.get("batch_size"), meta.get("op_batch_size")
+    typed = DeviceMeta.from_dict(meta)
+    batch, op_batch = typed.batch_size, typed.op_batch_size
     if batch is None or op_batch is None or int(batch) == int(op_batch):
         return
     if any(r.kind == "op" for r in rows):

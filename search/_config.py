@@ -71,9 +71,10 @@ class CarbonSection(_Section):
 
 
 def _check_objective_name(name: str) -> str:
-    from frontier.evaluators import evaluator_names
+    from frontier.evaluators import MetricKey, evaluator_names
 
-    base, _, device = name.partition("@")
+    key = MetricKey.parse(name)
+    base, device = key.metric, key.device
     if base not in evaluator_names():
         raise ValueError(f"unknown objective {base!r}; known: {', '.join(evaluator_names())}")
     if base in ("latency_ms", "energy_mj") and not device:
@@ -344,8 +345,10 @@ class Config(_Section):
                         found.append(base)
             if (d.name if isinstance(d, DeviceSection) else d) not in found:
                 found.append(d.name if isinstance(d, DeviceSection) else d)
+        from frontier.evaluators import MetricKey
+
         for name in self.metric_names():
-            device = name.partition("@")[2]
+            device = MetricKey.parse(name).device
             if device and device != "worst" and device not in found:
                 found.append(device)
         return found

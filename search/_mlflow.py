@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from frontier.evaluators import MetricKey
+
 from ._callbacks import Callback
 from ._log import logger
 from ._pareto import REFERENCE, Objective
@@ -302,9 +304,9 @@ class MlflowCallback(Callback):
                 logger.info("trial %d: %s %.4f", n, TEST_METRIC, value)
                 self.tracker.log_metrics(search.records[n].run_id, {TEST_METRIC: value})
         for name in ev.metrics if self.measure_front else []:
-            metric, _, device = name.partition("@")
-            if metric == "latency_ms" and device:
-                self._measure_front(search, members, device)
+            key = MetricKey.parse(name)
+            if key.metric == "latency_ms" and key.device:
+                self._measure_front(search, members, key.device)
         if self.profile_front:
             from ._savings import profile_front
 

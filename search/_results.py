@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from frontier.evaluators import MetricKey
+
 from ._constraints import Constraint
 from ._log import logger
 from ._pareto import Objective, pareto_mask
@@ -162,7 +164,8 @@ def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]
 
     out = {}
     for name, logged in metrics.items():
-        metric, _, device = name.partition("@")
+        key = MetricKey.parse(name)
+        metric, device = key.metric, key.device
         here = local_device(device)
         if metric != "latency_ms" or here is None:
             continue

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from frontier.evaluators import MetricKey
+
 from ._log import logger
 from ._view import SearchView
 
@@ -28,7 +30,7 @@ def report_savings(search: SearchView, log: Callable[[int, dict[str, float]], No
         for name, co2e in figures.items():
             if not name.startswith("serving_co2e_saved_g@"):
                 continue
-            device = name.partition("@")[2]
+            device = MetricKey.parse(name).device
             day = figures.get(f"serving_breakeven_day_co2e@{device}")
             pays = f", pays back the search's carbon on day {day:.0f}" if day else ""
             logger.info(
@@ -76,9 +78,9 @@ def front_savings(search: SearchView) -> dict[int, dict[str, float]]:
 def _devices(search: SearchView, values: dict[str, float]) -> list[str]:
     found = []
     for name in values:
-        metric, _, device = name.partition("@")
-        if metric == "latency_ms" and device and name in search.baseline:
-            found.append(device)
+        key = MetricKey.parse(name)
+        if key.metric == "latency_ms" and key.device and name in search.baseline:
+            found.append(key.device)
     return sorted(found)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import nn
 
+from frontier.evaluators import MetricKey
 from frontier.spaces import Accelerator, CompressionPlan, SearchSpace
 
 from ._accelerator import resolve
@@ -174,7 +175,7 @@ class TrialRunner:
             options = self._options(name)
             if name == ACCURACY:
                 options["fidelity"] = self.fidelity(rung)
-            if name.partition("@")[0] == "co2e_g":
+            if MetricKey.parse(name).metric == "co2e_g":
                 options.setdefault("scenario", self.config.carbon.scenario())
             self._evaluators[key] = build_evaluator(name, **options)
         return self._evaluators[key]
@@ -313,7 +314,7 @@ class TrialRunner:
         """Whether models are exported with 16-bit layers in FP16: where every device
         the search prices runs them so (GPU tables, ``half`` in their metadata); a
         search that also prices a CPU exports them FP32, as the CPU table prices them."""
-        return bool(self.tables) and all(t.meta.get("half") for t in self.tables.values())
+        return bool(self.tables) and all(t.device_meta.half for t in self.tables.values())
 
     def _onnx_bytes(self, model: nn.Module, plan: CompressionPlan) -> tuple[bytes, str]:
         import tempfile
