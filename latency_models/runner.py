@@ -729,9 +729,14 @@ class OvBackend:
             for i in compiled.inputs
         ]
         feeds = seeded_feeds(inputs, batch_size, rng)
+        _set_inputs(request, feeds)
 
         def run() -> Any:
-            return request.infer(feeds, share_inputs=True, share_outputs=True)
+            # inputs set once, as OpenVINO's guide to low-overhead inference does: a
+            # call with the inputs as arguments costs 12 us more (37 us with copies) on
+            # a 22 us model here
+            request.infer()
+            return request.results
 
         run.request = request  # type: ignore[attr-defined]
         return run, feeds
@@ -747,11 +752,12 @@ class OvBackend:
         kept under ``NAME``), and ``model_run`` by the wall clock."""
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
         request = self._compiled(data, entry, batch, counters=True).create_infer_request()
+        _set_inputs(request, feeds)
         times: dict[str, list[float]] = {"model_run": []}
         kinds: dict[str, str] = {"model_run": ""}
         for _ in range(runs):
             start = time.perf_counter()
-            request.infer(feeds, share_inputs=True, share_outputs=True)
+            request.infer()
             times["model_run"].append((time.perf_counter() - start) * 1e6)
             for info in request.get_profiling_info():
                 us = info.real_time.total_seconds() * 1e6
@@ -766,6 +772,14 @@ class OvBackend:
         self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
     ) -> dict[str, Any]:
         return {}
+
+
+def _set_inputs(request: Any, feeds: dict[str, Any]) -> None:
+    """An OpenVINO infer request's inputs, set once to ``feeds`` (shared, not copied)."""
+    import openvino as ov
+
+    for name, array in feeds.items():
+        request.set_tensor(name, ov.Tensor(array, shared_memory=True))
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
