@@ -76,7 +76,7 @@ def plain_openvino_ms(
     model.reshape(shapes)
     compiled = core.compile_model(model, "CPU", {
         "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": False,
     })  # fmt: skip
     request = compiled.create_infer_request()
     rng = np.random.default_rng(0)
