@@ -110,9 +110,16 @@ class Runtime:
     names: str = ""
     measures_energy: bool = False
     sparse_kernels: bool = False
+    #: the device names it answers to, its options as named groups
+    pattern: re.Pattern[str] = re.compile(r"(?!)")
 
     def resolve(self, name: str) -> LocalDevice | None:
         """The device ``name`` names, or None for a name this runtime does not know."""
+        m = self.pattern.fullmatch(name)
+        return self.device(name, m) if m else None
+
+    def device(self, name: str, match: re.Match[str]) -> LocalDevice:
+        """The device of a name ``pattern`` matched (``match``)."""
         raise NotImplementedError
 
     def unavailable(self, device: LocalDevice) -> str:
@@ -179,9 +186,8 @@ class OnnxRuntimeCpu(Runtime):
     sparse_kernels = True
     pattern = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
 
-    def resolve(self, name: str) -> LocalDevice | None:
-        m = self.pattern.fullmatch(name)
-        return LocalDevice(name, threads=int(m["threads"] or 1)) if m else None
+    def device(self, name: str, match: re.Match[str]) -> LocalDevice:
+        return LocalDevice(name, threads=int(match["threads"] or 1))
 
     def backend(self, device: LocalDevice) -> Any:
         from .runner import OrtBackend
@@ -200,14 +206,11 @@ class OpenVinoCpu(Runtime):
     names = "local-openvino, local-openvino-Nt (N threads)"
     pattern = re.compile(r"local-openvino(?:-(?P<threads>[1-9]\d*)t)?")
 
-    def resolve(self, name: str) -> LocalDevice | None:
-        m = self.pattern.fullmatch(name)
-        if not m:
-            return None
+    def device(self, name: str, match: re.Match[str]) -> LocalDevice:
         return LocalDevice(
             name,
             kind=self.kind,
-            threads=int(m["threads"] or 1),
+            threads=int(match["threads"] or 1),
             precisions=("fp32",),
             provider="openvino-CPU",
             timing="OpenVINO infer request (CPU plugin, latency hint, f32), wall clock",
@@ -241,14 +244,11 @@ class CudaGraphs(Runtime):
     measures_energy = True
     pattern = re.compile(r"local-cuda(?:-b(?P<batch>[1-9]\d*))?")
 
-    def resolve(self, name: str) -> LocalDevice | None:
-        m = self.pattern.fullmatch(name)
-        if not m:
-            return None
+    def device(self, name: str, match: re.Match[str]) -> LocalDevice:
         return LocalDevice(
             name,
             kind=self.kind,
-            batch_size=int(m["batch"] or 1),
+            batch_size=int(match["batch"] or 1),
             precisions=("fp32", "fp16"),
             provider="torch-cuda",
             timing="CUDA graph replay (PyTorch), CUDA events",

@@ -1145,6 +1145,13 @@ def at_least(minimum: float, kind: type = int) -> Any:
     return parse
 
 
+#: ``--batch-size`` of both runners
+BATCH_SIZE_HELP = (
+    "the batch whole models are fed (default: the bundle's, as its op models were built; "
+    "only a front bundle takes another)"
+)
+
+
 def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     """The measuring options, shared by this runner and ``frontier lut measure``."""
     parser.add_argument("bundle", help="the ops.zip bundle")
@@ -1167,13 +1174,7 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
         "CPU with BF16 units is bf16)",
     )
     parser.add_argument("--threads", type=at_least(1), default=1)
-    parser.add_argument(
-        "--batch-size",
-        type=at_least(1),
-        default=None,
-        help="the batch whole models are fed (default: the bundle's, as its op models "
-        "were built; only a front bundle takes another)",
-    )
+    parser.add_argument("--batch-size", type=at_least(1), default=None, help=BATCH_SIZE_HELP)
     parser.add_argument(
         "--rounds",
         type=at_least(1),

@@ -357,19 +357,17 @@ class TorchGraph:
         token ids 1 to 4 (as ``runner.open_session`` draws them for ONNX Runtime)."""
         import torch
 
-        out = {}
-        for inp in self.inputs:
-            dims = [
-                d.dim_value if d.HasField("dim_value") else batch_size
-                for d in inp.type.tensor_type.shape.dim
-            ]
-            dtype = _INPUT_TYPES[inp.type.tensor_type.elem_type]
-            if dtype.startswith("int"):
-                array = rng.integers(1, 5, size=dims).astype(dtype)
-            else:
-                array = rng.standard_normal(dims).astype(dtype)
-            out[inp.name] = torch.from_numpy(array).to(self.device)
-        return out
+        inputs = [
+            (
+                inp.name,
+                _INPUT_TYPES[inp.type.tensor_type.elem_type],
+                [d.dim_value if d.HasField("dim_value") else None
+                 for d in inp.type.tensor_type.shape.dim],
+            )
+            for inp in self.inputs
+        ]  # fmt: skip
+        feeds = runner.seeded_feeds(inputs, batch_size, rng)
+        return {name: torch.from_numpy(a).to(self.device) for name, a in feeds.items()}
 
     def fold(self, feeds: dict[str, Any]) -> None:
         """Run the graph once on ``feeds`` and keep, as constants, the outputs of every
@@ -717,11 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         "eager: node by node (the launch floor, a diagnostic)",
     )
     parser.add_argument(
-        "--batch-size",
-        type=runner.at_least(1),
-        default=None,
-        help="the batch whole models are fed (default: the bundle's, as its op models "
-        "were built; only a front bundle takes another)",
+        "--batch-size", type=runner.at_least(1), default=None, help=runner.BATCH_SIZE_HELP
     )
     parser.add_argument("--rounds", type=runner.at_least(1), default=runner.ROUNDS)
     parser.add_argument("--round-s", type=runner.at_least(0.001, float), default=runner.ROUND_S)

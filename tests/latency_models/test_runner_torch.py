@@ -199,16 +199,23 @@ def test_the_half_bundle_runs_in_fp16_as_onnx_runtime_does(cnn_half_bundle):
     backend = runner_torch.TorchBackend("cpu")
     precisions = set()
     for entry, data in _models(cnn_half_bundle):
-        run, feeds = backend.open(data, entry, batch_size=2, rng=np.random.default_rng(0))
-        session = runner.inference_session(
-            data, runner.session_options(1), **runner.weights_of(entry)
-        )
-        want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
-        for g, w in zip(run(), want, strict=True):
-            scale = float(np.abs(w).max()) or 1.0
-            np.testing.assert_allclose(g.float().numpy(), w, rtol=2e-2, atol=2e-2 * scale)
+        _agrees_with_onnx_runtime(backend, entry, data, tol=2e-2)
         precisions.add(entry.get("precision", ""))
     assert "fp16" in precisions
+
+
+def _agrees_with_onnx_runtime(backend, entry, data, *, tol: float):
+    """``backend``'s run of a bundle model at batch 2, checked against ONNX Runtime's on
+    the same inputs (shapes, and values within ``tol`` of the output's scale); the run
+    and its inputs."""
+    run, feeds = backend.open(data, entry, batch_size=2, rng=np.random.default_rng(0))
+    session = runner.inference_session(data, runner.session_options(1), **runner.weights_of(entry))
+    want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
+    for g, w in zip(run(), want, strict=True):
+        assert tuple(g.shape) == w.shape, entry["id"]
+        scale = float(np.abs(w).max()) or 1.0
+        np.testing.assert_allclose(g.float().numpy(), w, rtol=tol, atol=tol * scale)
+    return run, feeds
 
 
 @pytest.fixture(scope="module", params=["fp32", "fp16"], ids=str)
@@ -263,15 +270,7 @@ def test_a_text_student_runs_on_the_gpu_runner_as_onnx_runtime_runs_it(text_bund
     backend = runner_torch.TorchBackend("cpu")
     whole, ops = 0, set()
     for entry, data in _models(text_bundle):
-        run, feeds = backend.open(data, entry, batch_size=2, rng=np.random.default_rng(0))
-        session = runner.inference_session(
-            data, runner.session_options(1), **runner.weights_of(entry)
-        )
-        want = session.run(None, {k: v.numpy() for k, v in feeds.items()})
-        for g, w in zip(run(), want, strict=True):
-            assert tuple(g.shape) == w.shape, entry["id"]
-            scale = float(np.abs(w).max()) or 1.0
-            np.testing.assert_allclose(g.float().numpy(), w, rtol=1e-2, atol=1e-2 * scale)
+        run, feeds = _agrees_with_onnx_runtime(backend, entry, data, tol=1e-2)
         left = set(run.graph.op_types.values())
         if entry["kind"] in ("calibration", "validation", "baseline"):
             assert [v.dtype for v in feeds.values()] == [__import__("torch").int64]
