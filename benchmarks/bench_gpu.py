@@ -429,7 +429,6 @@ def train_trial(name: str, device: str, *, quick: bool = False) -> dict[str, Any
         if cuda:
             torch.cuda.synchronize(device)
 
-    syncs = 0
     sync()
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
