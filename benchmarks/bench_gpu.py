@@ -778,7 +778,7 @@ def report(folder: Path, results: Path, out_dir: Path = LOGS) -> tuple[dict, dic
             base = [r for r in table.rows if r.kind == "baseline" and r.status == "ok"]
             entry.update(
                 space=name.split("-")[0],
-                batch=int(table.meta.get("batch_size", 0)),
+                batch=table.device_meta.batch_size or 0,
                 validation=error_summary(pred, meas) if len(pred) > 1 else {"samples": len(pred)},
                 median_validation_ms=round(statistics.median(meas), 4) if meas else None,
                 baseline_energy_mj=base[0].energy_mj if base else None,

@@ -19,12 +19,15 @@ from ._bundle import (
 )
 from ._corners import corner_plans
 from ._devices import (
+    CPU_1T,
+    Device,
     DeviceUnavailable,
     LocalDevice,
     Runtime,
     local_device,
     register_local,
     register_runtime,
+    resolve_device,
     runtime_of,
 )
 from ._estimate import LatencyEstimate, OpCost
@@ -57,7 +60,9 @@ from .runner import (
 )
 
 __all__ = [
+    "CPU_1T",
     "VALIDATION_SEED0",
+    "Device",
     "DeviceMeta",
     "DeviceStore",
     "DeviceTable",
@@ -98,6 +103,7 @@ __all__ = [
     "read_table",
     "register_local",
     "register_runtime",
+    "resolve_device",
     "runtime_of",
     "space_ops",
     "space_templates",

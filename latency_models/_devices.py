@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 LOCAL_CPU = "local-cpu"
 LOCAL_CUDA = "local-cuda"
@@ -104,12 +104,15 @@ class Runtime:
             latency times a stated power).
         sparse_kernels: sparse FP32 layers get rows of this machine's CPU sparse kernels
             (PyTorch CSR), as a CPU runtime would run them; else they are priced dense.
+        profiles_layers: ONNX Runtime's CPU profiler times its models layer by layer
+            (``profile_layers``, the front's ``profile/`` artifacts).
     """
 
     kind: str = ""
     names: str = ""
     measures_energy: bool = False
     sparse_kernels: bool = False
+    profiles_layers: bool = False
     #: the device names it answers to, its options as named groups
     pattern: re.Pattern[str] = re.compile(r"(?!)")
 
@@ -172,6 +175,47 @@ def local_device(name: str) -> LocalDevice | None:
     return None
 
 
+@dataclass(frozen=True)
+class Device:
+    """A device a search names, resolved once from its name: where its table comes
+    from, and for a device of this machine, how its models run (``local``).
+
+    Attributes:
+        name: as the config names it.
+        source: ``local`` (measured here the first time: ``local``), ``derived``
+            (priced from ``like``'s table) or ``stored`` (a table imported from elsewhere).
+        local: the device of this machine (``source == "local"``).
+        like, offload, unsupported, transfer_gbps: a derived device's table, where its
+            ``unsupported`` op kinds run, and the bandwidth to it (``source == "derived"``).
+    """
+
+    name: str
+    source: Literal["local", "stored", "derived"]
+    local: LocalDevice | None = None
+    like: str | None = None
+    offload: str | None = None
+    unsupported: tuple[str, ...] = ()
+    transfer_gbps: float = 1.0
+
+
+def resolve_device(name: str, derived: Mapping[str, Any] | None = None) -> Device:
+    """The device ``name`` names: one of ``derived`` (a config's derived devices by
+    name: anything with ``like``, ``offload``, ``unsupported`` and ``transfer_gbps``),
+    else a local device, else a stored table's."""
+    spec = (derived or {}).get(name)
+    if spec is not None:
+        return Device(
+            name,
+            "derived",
+            like=spec.like,
+            offload=spec.offload or spec.like,
+            unsupported=tuple(spec.unsupported),
+            transfer_gbps=float(spec.transfer_gbps),
+        )
+    here = local_device(name)
+    return Device(name, "local", local=here) if here else Device(name, "stored")
+
+
 def local_names() -> str:
     """The local device names, in words, for a message."""
     return ", ".join(r.names for r in _RUNTIMES.values() if r.names)
@@ -184,6 +228,7 @@ class OnnxRuntimeCpu(Runtime):
     kind = "cpu"
     names = "local-cpu, local-cpu-Nt (N threads)"
     sparse_kernels = True
+    profiles_layers = True
     pattern = re.compile(r"local-cpu(?:-(?P<threads>[1-9]\d*)t)?")
 
     def device(self, name: str, match: re.Match[str]) -> LocalDevice:

@@ -161,7 +161,7 @@ def ensure_local_table(
         if table.get(s.key) is None and device.runtime.sparse_kernels
     ]
     if sparse:
-        table = _measure_sparse(table, sparse, store, device.threads, rounds, round_s)
+        table = _measure_sparse(table, sparse, store, device, rounds, round_s)
     return table
 
 
@@ -207,7 +207,6 @@ def _measure_ops(
             bundle,
             out,
             device=name,
-            threads=device.threads,
             batch_size=device.batch_size,
             rounds=rounds,
             round_s=round_s,
@@ -228,10 +227,11 @@ def _measure_sparse(
     table: DeviceTable,
     specs: list[Any],
     store: DeviceStore,
-    threads: int,
+    device: LocalDevice,
     rounds: int,
     round_s: float,
 ) -> DeviceTable:
+    """Rows for ``specs`` timed with torch's CSR kernels on ``device``'s threads."""
     import torch
 
     print(
@@ -243,7 +243,7 @@ def _measure_sparse(
     rows = measure_sparse_rows(
         specs,
         overhead_ms=table.overhead_ms,
-        threads=threads,
+        threads=device.threads,
         rounds=rounds,
         round_s=round_s,
         progress=lambda done, total: _progress("sparse ops", done, total, start),

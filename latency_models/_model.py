@@ -242,7 +242,7 @@ class LatencyModel:
         the batch the table's ops were measured at (``op_batch_size``: a GPU device at
         batch 32 prices ops of batch 32)."""
         batch = self.table.device_meta.op_batch_size or 1
-        half = bool(self.table.meta.get("half", False))  # its 16-bit layers run FP16
+        half = self.table.device_meta.half  # its 16-bit layers run FP16
         self._bound[id(model)] = space_templates(
             model, example_inputs, space, batch_size=batch, half=half
         )

@@ -188,7 +188,7 @@ class OpPricer:
             if self._offload_pricer is None:
                 self._offload_pricer = OpPricer(offload, spec_cache=self.spec_cache)
             base = self._offload_pricer.fallback(spec)
-        gbps = float(self.table.meta.get("transfer_gbps", DEFAULT_TRANSFER_GBPS))
+        gbps = self.table.device_meta.transfer_gbps or DEFAULT_TRANSFER_GBPS
         elements = sum(math.prod(s) for s in spec.input_shapes) + math.prod(spec.output_shape)
         fp32_bytes = 4 * elements
         transfer_ms = fp32_bytes / (gbps * 1e9) * 1e3

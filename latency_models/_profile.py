@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._devices import CPU_1T, LocalDevice
 from ._table import TableError
 
 #: ops that follow a compute op into its fused kernel: timed with the producer's layer
@@ -213,14 +214,15 @@ def _trans_b(node: Any) -> bool:
 
 
 def profile_layers(
-    model: Path, *, threads: int = 1, runs: int = 200, measure: bool = True
+    model: Path, *, device: LocalDevice = CPU_1T, runs: int = 200, measure: bool = True
 ) -> ModelProfile:
-    """``model``'s layers timed inside the whole model (ONNX Runtime's profiler, the
-    median of the later half of ``runs`` runs, batch 1, random inputs), with MACs and
-    kernels; ``measure`` also times the whole model by the timing protocol."""
+    """``model``'s layers timed inside the whole model on ``device`` (ONNX Runtime's
+    profiler at the device's threads, the median of the later half of ``runs`` runs,
+    batch 1, random inputs), with MACs and kernels; ``measure`` also times the whole
+    model on ``device`` by the timing protocol. ``device`` must run on ONNX Runtime's
+    CPU provider (``Runtime.profiles_layers``)."""
     import onnx
 
-    from ._devices import LocalDevice
     from ._local import measure_models
     from .runner import open_session, profile_nodes, session_options
 
@@ -231,6 +233,12 @@ def profile_layers(
         raise TableError(f"{model}: not an ONNX model ({type(err).__name__})") from None
     if not proto.graph.node:
         raise TableError(f"{model}: an ONNX file with no graph (empty, or not a model)")
+    if not device.runtime.profiles_layers:
+        raise TableError(
+            f"{device.name}: layers are profiled by ONNX Runtime's CPU profiler, "
+            "which this device does not run on"
+        )
+    threads = device.threads
     owners = _owners(proto.graph)
     _, feeds = open_session(data, session_options(threads))  # the runner's seeded inputs
     nodes = profile_nodes(data, feeds, threads, "CPUExecutionProvider", runs=runs)
@@ -251,8 +259,7 @@ def profile_layers(
     for layer, count in _macs(proto, owners).items():
         layers.setdefault(layer, LayerTime(layer)).macs += count
     run_ms = float(nodes.get("model_run", ["", 0.0])[1]) / 1000.0
-    here = LocalDevice(f"local-cpu-{threads}t", threads=threads)
-    measured = measure_models([data], device=here)[0] if measure else None
+    measured = measure_models([data], device=device)[0] if measure else None
     return ModelProfile(list(layers.values()), run_ms, measured)
 
 

@@ -6,9 +6,11 @@ configs load by name (``digits-mcu``), others by path.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -318,25 +320,19 @@ class Config(_Section):
             node[last] = value
         return parse_config(data, source=source)
 
-    def parsed_constraints(self) -> list[Constraint]:
-        return [Constraint.parse(c) for c in self.constraints]
+    @functools.cached_property
+    def typed(self) -> TypedConfig:
+        """The config's typed parts, worked out once: what every part of the search reads
+        (constraints, metric names, devices)."""
+        from frontier.evaluators import MetricKey
+        from frontier.latency_models import resolve_device
 
-    def metric_names(self) -> list[str]:
-        """Objectives first, then what only a constraint or ``metrics`` names (recorded
-        with every trial, not optimised)."""
-        names = [o.name for o in self.objectives]
-        for extra in [c.objective for c in self.parsed_constraints()] + self.metrics:
-            if extra not in names:
-                names.append(extra)
-        return names
-
-    def derived_devices(self) -> dict[str, DeviceSection]:
-        """The devices ``devices`` defines from another device's table, by name."""
-        return {d.name: d for d in self.devices if isinstance(d, DeviceSection)}
-
-    def device_names(self) -> list[str]:
-        """Every device an objective, a constraint or ``devices`` names (not ``worst``);
-        the tables a derived device borrows come before it."""
+        constraints = tuple(Constraint.parse(c) for c in self.constraints)
+        metrics = [o.name for o in self.objectives]
+        for extra in [c.objective for c in constraints] + self.metrics:
+            if extra not in metrics:
+                metrics.append(extra)
+        derived = {d.name: d for d in self.devices if isinstance(d, DeviceSection)}
         found: list[str] = []
         for d in self.devices:
             if isinstance(d, DeviceSection):
@@ -345,13 +341,51 @@ class Config(_Section):
                         found.append(base)
             if (d.name if isinstance(d, DeviceSection) else d) not in found:
                 found.append(d.name if isinstance(d, DeviceSection) else d)
-        from frontier.evaluators import MetricKey
+        keys = tuple(MetricKey.parse(m) for m in metrics)
+        for key in keys:
+            if key.device and key.device != "worst" and key.device not in found:
+                found.append(key.device)
+        return TypedConfig(
+            constraints=constraints,
+            metrics=keys,
+            derived=derived,
+            devices=tuple(resolve_device(n, derived) for n in found),
+        )
 
-        for name in self.metric_names():
-            device = MetricKey.parse(name).device
-            if device and device != "worst" and device not in found:
-                found.append(device)
-        return found
+    def parsed_constraints(self) -> list[Constraint]:
+        return list(self.typed.constraints)
+
+    def metric_names(self) -> list[str]:
+        """Objectives first, then what only a constraint or ``metrics`` names (recorded
+        with every trial, not optimised)."""
+        return [str(k) for k in self.typed.metrics]
+
+    def derived_devices(self) -> dict[str, DeviceSection]:
+        """The devices ``devices`` defines from another device's table, by name."""
+        return dict(self.typed.derived)
+
+    def device_names(self) -> list[str]:
+        """Every device an objective, a constraint or ``devices`` names (not ``worst``);
+        the tables a derived device borrows come before it."""
+        return [d.name for d in self.typed.devices]
+
+
+@dataclass(frozen=True)
+class TypedConfig:
+    """A config resolved into its typed parts, once (``Config.typed``).
+
+    Attributes:
+        constraints: its constraints, parsed.
+        metrics: every metric it records (objectives first), parsed.
+        derived: the devices ``devices`` derives from another's table, by name.
+        devices: every device it names, resolved (``latency_models.Device``), the tables
+            a derived device borrows first.
+    """
+
+    constraints: tuple[Constraint, ...]
+    metrics: tuple[Any, ...]
+    derived: dict[str, DeviceSection]
+    devices: tuple[Any, ...]
 
 
 def _format_errors(source: str, err: ValidationError) -> str:

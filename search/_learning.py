@@ -88,7 +88,7 @@ def learn_front(search: Any, measured: dict[int, float], device: str) -> None:
     table = ev.tables.get(device)
     if table is None or table.path is None or table.base is not None:
         return
-    if table.meta.get("derived_from"):
+    if table.device_meta.derived_from:
         return
     try:
         lm = ev.setup.latency[device]

@@ -112,23 +112,25 @@ def profile_front(
     never the search's."""
     import pandas as pd
 
-    from frontier.latency_models import LocalDevice, compare_layers, plot_layers, profile_layers
+    from frontier.latency_models import CPU_1T, compare_layers, plot_layers, profile_layers
 
     if not members:
         return
-    threads = search.config.backend.threads_per_trial or 1
+    # on the first device the search prices that the profiler runs on, else one CPU thread
+    devices = [d.local for d in search.config.typed.devices if d.local is not None]
+    here = next((d for d in devices if d.runtime.profiles_layers), CPU_1T)
     try:
         base_path = folder / "baseline.onnx"
         search.evaluation.export_baseline(base_path)
-        base = profile_layers(base_path, threads=threads, runs=PROFILE_RUNS, measure=False)
-        priced = _table_prices(search, LocalDevice("profiler", threads=threads))
+        base = profile_layers(base_path, device=here, runs=PROFILE_RUNS, measure=False)
+        priced = _table_prices(search, here)
         base_prices = priced({}) if priced else None  # the uncompressed plan, once
     except Exception as err:
         logger.warning("front not profiled (the baseline: %s)", err)
         return
     for n, (path, run_id) in members.items():
         try:
-            mine = profile_layers(path, threads=threads, runs=PROFILE_RUNS, measure=False)
+            mine = profile_layers(path, device=here, runs=PROFILE_RUNS, measure=False)
             prices = priced(search.records[n].plan) if priced else None
             rows = compare_layers(mine, base, prices=prices, base_prices=base_prices)
             out = folder / f"profile-{n}"
@@ -149,11 +151,12 @@ def _table_prices(search: SearchView, profiled: Any) -> Any:
     ``LocalDevice``) does (None where the search prices no such device)."""
     import math
 
-    from frontier.latency_models import learned_entry, local_device, priced_layers
+    from frontier.latency_models import learned_entry, priced_layers
     from frontier.spaces import CompressionPlan
 
     ev = search.evaluation
-    device = next((d for d in ev.setup.latency if profiled.runs_like(local_device(d))), None)
+    alike = [d.name for d in search.config.typed.devices if profiled.runs_like(d.local)]
+    device = next((d for d in alike if d in ev.setup.latency), None)
     if device is None:
         return None
     lm = ev.setup.latency[device]

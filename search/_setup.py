@@ -64,11 +64,11 @@ def plan_latency(
     from frontier.spaces import CompressionPlan
 
     store = DeviceStore(store_root or config.device_store)
-    derived = config.derived_devices()
     out: dict[str, Any] = {}
-    for name in config.device_names():
-        if name in derived:
-            out[name] = f"derived from {derived[name].like!r}: priced by `frontier search` only"
+    for device in config.typed.devices:
+        name = device.name
+        if device.source == "derived":
+            out[name] = f"derived from {device.like!r}: priced by `frontier search` only"
             continue
         if not store.has(name):
             out[name] = f"no table stored in {store.root}: `frontier search` measures one"
@@ -93,13 +93,9 @@ def plan_latency(
 def check_local_devices(config: Config) -> None:
     """Refuse a device of this machine it cannot measure (``local-cuda`` without a GPU)
     before the task is built: a baseline may train for minutes first."""
-    from frontier.latency_models import local_device
-
-    derived = config.derived_devices()
-    for name in config.device_names():
-        device = None if name in derived else local_device(name)
-        if device is not None:
-            device.require()
+    for device in config.typed.devices:
+        if device.local is not None:
+            device.local.require()
 
 
 def search_config(

@@ -438,22 +438,22 @@ def resolve_tables(
         evaluation_parts: (task, teacher, example_inputs, space).
         store: a DeviceStore (default: ``config.device_store`` or the user's data dir).
     """
-    from frontier.latency_models import DeviceStore, TableError, ensure_local_table, local_device
+    from frontier.latency_models import DeviceStore, TableError, ensure_local_table
 
     task, teacher, example, space = evaluation_parts
     store = store or DeviceStore(config.device_store)
     tables: dict[str, Any] = {}
-    derived = config.derived_devices()
-    for name in config.device_names():
-        if name in derived:
-            d = derived[name]
-            tables[name] = tables[d.like].derive(
+    for device in config.typed.devices:
+        name = device.name
+        if device.source == "derived":
+            assert device.like is not None  # a derived device names its table
+            tables[name] = tables[device.like].derive(
                 name,
-                unsupported=d.unsupported,
-                offload=d.offload or d.like,
-                transfer_gbps=d.transfer_gbps,
+                unsupported=list(device.unsupported),
+                offload=device.offload or device.like,
+                transfer_gbps=device.transfer_gbps,
             )
-        elif local_device(name) is not None:  # local-cpu, local-cuda-b32, ...: measured here
+        elif device.source == "local":  # local-cpu, local-cuda-b32, ...: measured here
             tables[name] = ensure_local_table(
                 teacher,
                 example,

@@ -99,7 +99,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from frontier.latency_models import compare_layers, plot_layers, profile_layers
+    from frontier.latency_models import compare_layers, local_device, plot_layers, profile_layers
 
     if args.runs < 10:
         raise UsageError("profile: --runs must be at least 10")
@@ -109,11 +109,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
         model = _onnx_file(args.model, args, Path(tmp))
         base = _onnx_file(args.baseline, args, Path(tmp)) if args.baseline else None
         print(f"profiling {model} ({args.runs} runs) ...", file=sys.stderr)
-        mine = profile_layers(model, threads=args.threads, runs=args.runs)
+        here = local_device(f"local-cpu-{args.threads}t")  # --threads: a CPU device
+        assert here is not None
+        mine = profile_layers(model, device=here, runs=args.runs)
         theirs = None
         if base is not None:
             print(f"profiling the baseline {base} ...", file=sys.stderr)
-            theirs = profile_layers(base, threads=args.threads, runs=args.runs)
+            theirs = profile_layers(base, device=here, runs=args.runs)
     prices, base_prices = _table_prices(args) if args.device else (None, None)
     rows = compare_layers(mine, theirs, prices=prices, base_prices=base_prices)
     frame = pd.DataFrame(rows)

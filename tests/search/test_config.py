@@ -171,3 +171,32 @@ def test_cli_reports_config_errors(tmp_path, capsys) -> None:
     bad.write_text("space:\n  round_to: -1\n")
     assert main(["space", str(bad)]) == 2
     assert f"{bad}: space: round_to must be an integer >= 1, got -1" in capsys.readouterr().err
+
+
+def test_a_config_is_resolved_once_into_typed_devices_and_metrics() -> None:
+    config = load_config("digits-mcu").override(
+        {
+            "objectives": [
+                "accuracy",
+                "latency_ms@local-cpu-2t",
+                "latency_ms@npu",
+                "energy_mj@pi4",
+            ],
+            "constraints": ["latency_ms@local-openvino <= 5"],
+            "devices": [{"name": "npu", "like": "local-cpu-2t", "unsupported": ["Gelu"]}],
+        }
+    )
+    typed = config.typed
+    assert typed is config.typed  # worked out once
+    by_name = {d.name: d for d in typed.devices}
+    # the table a derived device borrows comes before it
+    assert list(by_name) == ["local-cpu-2t", "npu", "pi4", "local-openvino"]
+    assert by_name["local-cpu-2t"].source == "local" and by_name["local-cpu-2t"].local.threads == 2
+    assert by_name["local-openvino"].local.runtime.kind == "openvino"
+    npu = by_name["npu"]
+    assert (npu.source, npu.like, npu.offload, npu.unsupported) == (
+        "derived", "local-cpu-2t", "local-cpu-2t", ("Gelu",),
+    )  # fmt: skip
+    assert by_name["pi4"].source == "stored" and by_name["pi4"].local is None
+    assert [(k.metric, k.device) for k in typed.metrics][-1] == ("latency_ms", "local-openvino")
+    assert config.metric_names()[-1] == "latency_ms@local-openvino"
