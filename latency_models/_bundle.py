@@ -93,11 +93,13 @@ def write_bundle(
     few_shot: int | None = None,
     batch_size: int = 1,
     half: bool = False,
+    qdq: bool = False,
 ) -> dict[str, Any]:
     """Write the op bundle of ``space`` to ``out`` and return its manifest: op models
     at ``batch_size`` (a GPU device priced at batch 32 measures ops of batch 32), and
     with ``half`` every model as ``export_onnx(half=True)`` writes it (16-bit layers in
-    FP16, their weighted ops measured at ``fp16``: a GPU's bundle).
+    FP16, their weighted ops measured at ``fp16``: a GPU's bundle), and with ``qdq`` its
+    INT8 models in QDQ format (``export_onnx(qdq=True)``: an OpenVINO device's bundle).
 
     The bundle holds one model per op instance (FP32, and INT8 where a layer may take 8
     bits), an identity model for the per-run overhead, ``calibration`` whole compressed
@@ -129,18 +131,19 @@ def write_bundle(
     budget_s = calibration_budget_s if calibration is None else None  # a count given is kept
     calibration = _calibration_count(found, calibration, few_shot)
     tag = [f"few-shot-{few_shot}"] if few_shot else []
+    tag += ["qdq"] if qdq else []
     digest = hashlib.sha256(
         json.dumps([name, *tag, *(spec.key for spec in found.ops)]).encode()
     ).hexdigest()[:16]
     measured_ops = few_shot_ops(found.ops, few_shot) if few_shot else found.ops
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        writer = _Writer(zf, found, digest, progress)
+        writer = _Writer(zf, found, digest, progress, qdq)
         writer.overheads()
         # the uncompressed model: every chunk of the bundle is timed beside it, and each
         # row stated against it (``runner.relative_to``)
         writer.baseline(whole_model_bytes(model, CompressionPlan(), example_inputs, None))
         writer.ops(measured_ops)
-        whole = _Whole(model, example_inputs, timing_calibration(calibration_data), half)
+        whole = _Whole(model, example_inputs, timing_calibration(calibration_data), half, qdq)
         whole.write(writer, space, calibration, validation, budget_s)
         manifest = {
             "format": BUNDLE_FORMAT,
@@ -149,6 +152,7 @@ def write_bundle(
             "name": name,
             "batch_size": batch_size,
             **({"half": True} if half else {}),
+            **({"int8_qdq": True} if qdq else {}),
             "op_count": len(measured_ops),
             "space_op_count": len(found.ops),
             **({"few_shot": few_shot} if few_shot else {}),
@@ -174,16 +178,18 @@ def _calibration_count(found: SpaceOps, calibration: int | None, few_shot: int |
 @dataclass
 class _Whole:
     """How a bundle's whole models are built: from ``model``, INT8 ranges calibrated on
-    ``ranges_from`` (``timing_calibration``), 16-bit layers in FP16 where ``half``."""
+    ``ranges_from`` (``timing_calibration``), 16-bit layers in FP16 where ``half``, INT8
+    in QDQ format where ``qdq``."""
 
     model: nn.Module
     example_inputs: Any
     ranges_from: Any
     half: bool
+    qdq: bool = False
 
     def one(self, plan: CompressionPlan) -> bytes:
         return whole_model_bytes(
-            self.model, plan, self.example_inputs, self.ranges_from, half=self.half
+            self.model, plan, self.example_inputs, self.ranges_from, half=self.half, qdq=self.qdq
         )
 
     def write(
@@ -208,7 +214,12 @@ class _Whole:
         ):
             todo = [p for s, p in plans if not (kind == "calibration" and s in built)]
             fresh = build_whole(
-                self.model, todo, self.example_inputs, self.ranges_from, half=self.half
+                self.model,
+                todo,
+                self.example_inputs,
+                self.ranges_from,
+                half=self.half,
+                qdq=self.qdq,
             )
             kept = built if kind == "calibration" else {}
 
@@ -231,8 +242,10 @@ class _Writer:
         found: SpaceOps,
         digest: str,
         progress: Callable[[str, int, int, float], None],
+        qdq: bool = False,
     ) -> None:
         self.zf, self.found, self.digest, self.progress = zf, found, digest, progress
+        self.qdq = qdq  # INT8 op models in QDQ format (``op_model_bytes``)
         self.entries: list[dict[str, Any]] = []
         self._seeds = iter(range(1, 1 << 30))
 
@@ -277,7 +290,7 @@ class _Writer:
         start = time.perf_counter()
         for i, spec in enumerate(specs):
             file = f"models/op-{i:05d}.onnx"
-            weights = self.put(file, op_model_bytes(spec))
+            weights = self.put(file, op_model_bytes(spec, self.qdq))
             self.entries.append(
                 {
                     "id": f"op-{i:05d}",

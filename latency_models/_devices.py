@@ -12,7 +12,7 @@ why this machine cannot run it, and its runner backend; nothing else names a kin
   timed by the wall clock; energy is latency times CodeCarbon's power for this CPU.
 - ``local-openvino`` and ``local-openvino-Nt``: OpenVINO's CPU plugin on the same
   exports (the ``openvino`` package), 1 or N threads, FP32 inference precision (its own
-  default here would be BF16); FP32 layers only, as yet (``OpenVinoCpu``).
+  default here would be BF16); INT8 exported in QDQ format, as OpenVINO reads it.
 - ``local-cuda`` (batch 1) and ``local-cuda-bN`` (batch N): this machine's first CUDA
   GPU, each model replayed in a captured CUDA graph and timed by CUDA events
   (``runner_torch.GraphBackend``); energy read from the GPU's own counter (NVML).
@@ -24,6 +24,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 LOCAL_CPU = "local-cpu"
@@ -48,6 +49,8 @@ class LocalDevice:
             CPU's 16-bit layers are exported and priced FP32 (their bits simulated), as
             ONNX Runtime's CPU provider then runs them; a GPU's run FP16 (``half``).
         provider: the ONNX Runtime execution provider (CPU devices).
+        int8_qdq: its INT8 models are exported in QDQ format (``export_onnx(qdq=True)``,
+            what OpenVINO reads); else in ONNX Runtime's QOperator format.
         timing: how one run is timed, in words (the table's metadata keeps it).
         energy: where energy per inference comes from, in words.
     """
@@ -58,6 +61,7 @@ class LocalDevice:
     batch_size: int = 1
     precisions: tuple[str, ...] = ("fp32", "int8")
     provider: str = "CPUExecutionProvider"
+    int8_qdq: bool = False
     timing: str = "ONNX Runtime session.run, wall clock"
     energy: str = "latency x CodeCarbon's power for this CPU (stated, not measured)"
 
@@ -132,6 +136,11 @@ class Runtime:
     def backend(self, device: LocalDevice) -> Any:
         """The runner backend of ``device`` (``runner.Backend``)."""
         raise NotImplementedError
+
+    def deploy(self, onnx_path: Path) -> dict[str, Path]:
+        """Write beside ``onnx_path`` what this runtime loads in deployment, where that
+        is not the ONNX file itself; the files written, by name (none by default)."""
+        return {}
 
 
 #: A CPU device at one thread: what a caller times on when it names no device.
@@ -243,9 +252,10 @@ class OnnxRuntimeCpu(Runtime):
 class OpenVinoCpu(Runtime):
     """``local-openvino`` (1 thread) or ``local-openvino-Nt`` (N threads): OpenVINO's
     CPU plugin on this machine, reading the same ONNX exports at FP32 inference
-    precision. FP32 only: Frontier's INT8 exports use ONNX Runtime's QOperator
-    operators (QLinearConv, QGemm, ...), which OpenVINO 2026.4's ONNX frontend does not
-    convert (it reads INT8 as QDQ); their rows are recorded unsupported."""
+    precision (its own default on a CPU with BF16 units would be BF16). Its INT8 models
+    are exported in QDQ format (``int8_qdq``), which OpenVINO fuses into its INT8
+    kernels; ONNX Runtime's QOperator operators (QLinearConv, QGemm, ...) its ONNX
+    frontend does not convert."""
 
     kind = "openvino"
     names = "local-openvino, local-openvino-Nt (N threads)"
@@ -256,8 +266,9 @@ class OpenVinoCpu(Runtime):
             name,
             kind=self.kind,
             threads=int(match["threads"] or 1),
-            precisions=("fp32",),
+            precisions=("fp32", "int8"),
             provider="openvino-CPU",
+            int8_qdq=True,
             timing="OpenVINO infer request (CPU plugin, latency hint, f32), wall clock",
         )
 
@@ -275,6 +286,15 @@ class OpenVinoCpu(Runtime):
         from .runner import OvBackend
 
         return OvBackend(device.threads, "f32")
+
+    def deploy(self, onnx_path: Path) -> dict[str, Path]:
+        """OpenVINO's IR (``model.xml`` and its weights ``model.bin``) beside the ONNX
+        file, weights kept FP32 (``compress_to_fp16=False``: the table priced FP32)."""
+        import openvino as ov
+
+        xml = onnx_path.with_suffix(".xml")
+        ov.save_model(ov.convert_model(str(onnx_path)), str(xml), compress_to_fp16=False)
+        return {xml.name: xml, xml.with_suffix(".bin").name: xml.with_suffix(".bin")}
 
 
 class CudaGraphs(Runtime):

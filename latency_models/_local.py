@@ -201,6 +201,7 @@ def _measure_ops(
             name=name,
             ops=found,
             batch_size=device.batch_size,
+            qdq=device.int8_qdq,
         )
         out = Path(tmp) / "table.csv"
         measure_bundle(
@@ -327,8 +328,14 @@ def measure_plans(
         start = time.perf_counter()
         for i, plan in enumerate(plans):
             with quiet_root_logger():
+                meta = table.device_meta
                 data = whole_model_bytes(
-                    model, plan, example_inputs, calibration_data, half=table.device_meta.half
+                    model,
+                    plan,
+                    example_inputs,
+                    calibration_data,
+                    half=meta.half,
+                    qdq=meta.int8_qdq,
                 )
             files.append(Path(tmp) / f"{i}.onnx")
             files[-1].write_bytes(data)

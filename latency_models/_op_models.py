@@ -72,7 +72,7 @@ def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:
     return bytes(proto.SerializeToString()), layout
 
 
-def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
+def _int8(model_bytes: bytes, spec: OpSpec, qdq: bool = False) -> bytes:
     """The op model in INT8 as it runs inside a whole model: a weighted op quantized
     (with its residual Add in FP32 for ``INT8_FP32_ADD``), any other op on 8-bit tensors
     (``_prefixed``)."""
@@ -85,13 +85,63 @@ def _int8(model_bytes: bytes, spec: OpSpec) -> bytes:
         for _ in range(2)
     ]
     weighted = spec.weighted
+    if qdq and not weighted:
+        return _qdq_interior(model_bytes)
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(model_bytes if weighted else _prefixed(model_bytes))
         quantize_onnx_int8(
-            src, dst, feeds, exclude=["add"] if spec.precision == INT8_FP32_ADD else ()
+            src, dst, feeds, exclude=["add"] if spec.precision == INT8_FP32_ADD else (), qdq=qdq
         )
         return dst.read_bytes() if weighted else _unprefixed(dst.read_bytes())
+
+
+#: The scale and zero point of a QDQ pass-through op's 8-bit tensors (what they are does
+#: not move its latency: the kernel OpenVINO fuses is the same).
+_QDQ_SCALE, _QDQ_ZERO = 0.05, 128
+
+
+def _qdq_interior(model_bytes: bytes) -> bytes:
+    """A pass-through op (MaxPool, Add, Flatten...) as it runs inside a QDQ INT8 chain:
+    each input an 8-bit tensor through DequantizeLinear, each output back through
+    QuantizeLinear, which OpenVINO fuses into one 8-bit kernel. Written directly: the
+    quantizer's QDQ pairs around a lone op do not survive ``_prefixed`` and ``_interior``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    proto = onnx.load_from_string(model_bytes)
+    graph = proto.graph
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array(_QDQ_SCALE, dtype=np.float32), "qdq_scale"),
+        numpy_helper.from_array(np.array(_QDQ_ZERO, dtype=np.uint8), "qdq_zero"),
+    ])  # fmt: skip
+    front, back = [], []
+    for value in graph.input:
+        name = value.name
+        front.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [f"{name}_q", "qdq_scale", "qdq_zero"],
+                [name],
+                name=f"dq_{name}",
+            )
+        )
+        value.name = f"{name}_q"
+        value.type.tensor_type.elem_type = TensorProto.UINT8
+    for value in graph.output:
+        name = value.name
+        back.append(
+            helper.make_node(
+                "QuantizeLinear", [name, "qdq_scale", "qdq_zero"], [f"{name}_q"], name=f"q_{name}"
+            )
+        )
+        value.name = f"{name}_q"
+        value.type.tensor_type.elem_type = TensorProto.UINT8
+    nodes = [*front, *graph.node, *back]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.checker.check_model(proto)
+    return bytes(proto.SerializeToString())
 
 
 #: Name of the Add (of zero) put before each input of a pass-through op's model.
@@ -142,17 +192,20 @@ def _unprefixed(model_bytes: bytes) -> bytes:
     return bytes(proto.SerializeToString())
 
 
-def op_model_bytes(spec: OpSpec) -> bytes:
+def op_model_bytes(spec: OpSpec, qdq: bool = False) -> bytes:
     """The serialized ONNX model that measures ``spec``: an FP32 op as it is; an INT8 op
-    quantized by ONNX Runtime's quantizer and then cut to the kernel on 8-bit tensors
-    (``_interior``), as it runs inside an INT8 chain; a precision boundary
-    (``QuantizeLinear``, ``DequantizeLinear``) on its own."""
+    quantized by ONNX Runtime's quantizer (in QDQ format where ``qdq``, OpenVINO's) and
+    then cut to the kernel on 8-bit tensors (``_interior``), as it runs inside an INT8
+    chain; a precision boundary (``QuantizeLinear``, ``DequantizeLinear``) on its own."""
     if spec.precision == "fp16":  # as ``export_onnx(half=True)`` writes its layer
         return bytes(to_half(build_onnx(spec)).SerializeToString())
     data: bytes = build_onnx(spec).SerializeToString()
     if spec.op_type in (QUANTIZE, DEQUANTIZE):
         return data
-    return _interior(_int8(data, spec)) if spec.precision.startswith("int8") else data
+    if not spec.precision.startswith("int8"):
+        return data
+    int8 = _int8(data, spec, qdq)
+    return int8 if qdq and not spec.weighted else _interior(int8)
 
 
 def _interior(model_bytes: bytes) -> bytes:

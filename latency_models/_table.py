@@ -96,6 +96,8 @@ class DeviceMeta:
         device: the device name the table is stored under.
         cpu, provider, threads, onnxruntime, date, bundle_id: how it was measured.
         half: its 16-bit layers run in FP16 (a GPU's bundle, ``export_onnx(half=True)``).
+        int8_qdq: its INT8 models are in QDQ format (an OpenVINO device's bundle,
+            ``export_onnx(qdq=True)``); else ONNX Runtime's QOperator format.
         batch_size, op_batch_size: the batch its whole models were timed at, and its op
             models built at (one, where the table was imported).
         active_power_w: the device's power while running, for energy (None: unknown).
@@ -114,6 +116,7 @@ class DeviceMeta:
     date: str | None = None
     bundle_id: str | None = None
     half: bool = False
+    int8_qdq: bool = False
     batch_size: int | None = None
     op_batch_size: int | None = None
     active_power_w: float | None = None
@@ -129,8 +132,9 @@ class DeviceMeta:
         known = {k: v for k, v in data.items() if k in names}
         if "unsupported_ops" in known:
             known["unsupported_ops"] = tuple(known["unsupported_ops"] or ())
-        if "half" in known:
-            known["half"] = bool(known["half"])
+        for flag in ("half", "int8_qdq"):
+            if flag in known:
+                known[flag] = bool(known[flag])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def to_dict(self) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def _head(batch: Any, n: int) -> Any:
 
 #: at most this many processes build a bundle's whole models at once
 BUILD_WORKERS = 8
-_BUILDING: tuple[Any, ...] = ()  # (model, example, calibration, half) for the workers
+_BUILDING: tuple[Any, ...] = ()  # (model, example, calibration, half, qdq) for the workers
 
 
 def build_whole(
@@ -53,6 +53,7 @@ def build_whole(
     calibration_data: Any,
     *,
     half: bool = False,
+    qdq: bool = False,
 ) -> Generator[bytes, None, None]:
     """``whole_model_bytes`` of each of ``plans``, in order, built by as many forked
     processes as the machine has cores (at most ``BUILD_WORKERS``; in this process where
@@ -64,9 +65,11 @@ def build_whole(
     workers = min(os.cpu_count() or 1, BUILD_WORKERS, len(plans))
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for plan in plans:
-            yield whole_model_bytes(model, plan, example_inputs, calibration_data, half=half)
+            yield whole_model_bytes(
+                model, plan, example_inputs, calibration_data, half=half, qdq=qdq
+            )
         return
-    _BUILDING = (model, example_inputs, calibration_data, half)
+    _BUILDING = (model, example_inputs, calibration_data, half, qdq)
     try:
         with multiprocessing.get_context("fork").Pool(workers, _one_thread) as pool:
             yield from pool.imap(_build_one, plans)
@@ -79,8 +82,8 @@ def _one_thread() -> None:
 
 
 def _build_one(plan: Any) -> bytes:
-    model, example_inputs, calibration_data, half = _BUILDING  # inherited from the fork
-    return whole_model_bytes(model, plan, example_inputs, calibration_data, half=half)
+    model, example_inputs, calibration_data, half, qdq = _BUILDING  # inherited from the fork
+    return whole_model_bytes(model, plan, example_inputs, calibration_data, half=half, qdq=qdq)
 
 
 def whole_model_bytes(
@@ -90,14 +93,21 @@ def whole_model_bytes(
     calibration_data: Any = None,
     *,
     half: bool = False,
+    qdq: bool = False,
 ) -> bytes:
-    """The ONNX file ``export_onnx`` writes for ``plan`` (INT8 where the plan says so,
-    FP16 for its 16-bit layers where ``half``)."""
+    """The ONNX file ``export_onnx`` writes for ``plan`` (INT8 where the plan says so, in
+    QDQ format where ``qdq``; FP16 for its 16-bit layers where ``half``)."""
     compressed = apply_plan(model, plan, example_inputs, calibration_data=calibration_data)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = Path(tmp) / "m.onnx"
         export_onnx(
-            compressed, plan, example_inputs, path, calibration_data=calibration_data, half=half
+            compressed,
+            plan,
+            example_inputs,
+            path,
+            calibration_data=calibration_data,
+            half=half,
+            qdq=qdq,
         )
         return path.read_bytes()

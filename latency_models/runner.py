@@ -961,6 +961,7 @@ def _run_meta(
         "batch_size": batch_size,
         "op_batch_size": manifest.get("batch_size", 1),
         **({"half": True} if manifest.get("half") else {}),
+        **({"int8_qdq": True} if manifest.get("int8_qdq") else {}),
         **backend.describe(),
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),

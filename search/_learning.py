@@ -34,6 +34,13 @@ def measure_front(
     here = local_device(device)
     if here is None:
         return  # a remote device: its runner measures it
+    if here.int8_qdq != search.evaluation.qdq:
+        logger.info(
+            "front not timed on %s: its models are exported in %s INT8 format, which it "
+            "does not run (a search on %s alone exports its format)",
+            device, "QDQ" if search.evaluation.qdq else "QOperator", device,
+        )  # fmt: skip
+        return
     members = sorted(models)
     ev = search.evaluation
     try:  # beside the uncompressed model, in the same rounds (runner.time_chunked)

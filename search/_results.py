@@ -156,6 +156,26 @@ def latency_checks(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def deploy_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, Path]:
+    """What each local device's runtime among ``metrics`` loads in deployment, written
+    beside the picked ONNX file (``Runtime.deploy``: OpenVINO's IR); a runtime that
+    cannot convert the model is warned about."""
+    from frontier.latency_models import local_device
+
+    out: dict[str, Path] = {}
+    done: set[str] = set()
+    for name in metrics:
+        here = local_device(MetricKey.parse(name).device or "")
+        if here is None or here.kind in done or here.unavailable():
+            continue
+        done.add(here.kind)
+        try:
+            out.update(here.runtime.deploy(onnx_path))
+        except Exception as err:
+            logger.warning("%s: not converted for %s (%s)", onnx_path, here.name, err)
+    return out
+
+
 def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]:
     """A picked model's latency on each local device among its metrics (one this
     machine can measure), measured here by the timing protocol every table row was
@@ -172,7 +192,12 @@ def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]
         if reason := here.unavailable():
             logger.warning("%s not measured: %s", name, reason)
             continue
-        out[device] = measured = measure_local(onnx_path.read_bytes(), device=here)
+        try:
+            measured = measure_local(onnx_path.read_bytes(), device=here)
+        except Exception as err:  # a model this runtime cannot load: said, not fatal
+            logger.warning("%s not measured: %s", name, str(err).splitlines()[0])
+            continue
+        out[device] = measured
         if logged is not None and abs(float(logged) / measured - 1) > PREDICTION_TOLERANCE:
             logger.warning(
                 "%s logged %.4g ms, measured here %.4g ms (%+.0f%%)",

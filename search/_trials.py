@@ -307,6 +307,7 @@ class TrialRunner:
                 path,
                 calibration_data=self.setup.calibration(),
                 half=self.half,
+                qdq=self.qdq,
             )
 
     @property
@@ -315,6 +316,13 @@ class TrialRunner:
         the search prices runs them so (GPU tables, ``half`` in their metadata); a
         search that also prices a CPU exports them FP32, as the CPU table prices them."""
         return bool(self.tables) and all(t.device_meta.half for t in self.tables.values())
+
+    @property
+    def qdq(self) -> bool:
+        """Whether models are exported with INT8 in QDQ format: where every device the
+        search prices reads it so (OpenVINO tables, ``int8_qdq`` in their metadata); a
+        search that also prices ONNX Runtime exports ONNX Runtime's QOperator format."""
+        return bool(self.tables) and all(t.device_meta.int8_qdq for t in self.tables.values())
 
     def _onnx_bytes(self, model: nn.Module, plan: CompressionPlan) -> tuple[bytes, str]:
         import tempfile

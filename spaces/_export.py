@@ -106,6 +106,7 @@ def export_onnx(
     *,
     opset: int = 17,
     half: bool = False,
+    qdq: bool = False,
 ) -> ExportResult:
     """Export a compressed model to ONNX.
 
@@ -129,6 +130,9 @@ def export_onnx(
         half: run the plan's 16-bit layers (``half_layers``) in FP16 in the file: their
             weights stored as FP16 and their inputs cast to FP16 and outputs back, as a
             GPU deploys them (``to_half``); else they are FP32 with simulated bits.
+        qdq: write INT8 layers in QDQ format (QuantizeLinear/DequantizeLinear around FP32
+            operators), as OpenVINO reads them, instead of ONNX Runtime's QOperator
+            format (``QLinearConv``...); the same quantization either way.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,8 +155,9 @@ def export_onnx(
             warnings.warn(note, stacklevel=2)
             int8 = []
         elif int8:
-            _quantize_int8(fp32_path, path, int8, input_names, args, calibration_data)
-            note = f"INT8 (static, per-channel weights) for {len(int8)} layer(s)"
+            _quantize_int8(fp32_path, path, int8, input_names, args, calibration_data, qdq)
+            form = "QDQ" if qdq else "static"
+            note = f"INT8 ({form}, per-channel weights) for {len(int8)} layer(s)"
         else:
             note = "FP32: the plan quantizes no layer at 8 bits"
     return _finish(path, plan, quantized, int8, too_low=bool(too_low), half=half, note=note)
@@ -274,6 +279,7 @@ def _quantize_int8(
     input_names: list[str],
     example_args: tuple[Any, ...],
     calibration_data: Iterable[Any] | None,
+    qdq: bool = False,
 ) -> None:
     import onnx
 
@@ -299,7 +305,7 @@ def _quantize_int8(
                 for name, t, e in zip(input_names, tensors, example_args, strict=True)
             }
 
-    quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude)
+    quantize_onnx_int8(fp32_path, out_path, batches(), exclude=exclude, qdq=qdq)
 
 
 def _feed(t: torch.Tensor, example: Any) -> np.ndarray:

@@ -97,17 +97,21 @@ def quantize_onnx_int8(
     feeds: Iterable[dict[str, np.ndarray]],
     *,
     exclude: Sequence[str] = (),
+    qdq: bool = False,
 ) -> None:
     """Static INT8 quantization as Frontier exports it: QOperator format, per-channel
     symmetric INT8 weights, UINT8 activations calibrated on ``feeds`` (input name ->
     array). The one place these settings live, so measured op models and exported whole
-    models are quantized alike.
+    models are quantized alike. With ``qdq``, the same quantization in QDQ format
+    (QuantizeLinear/DequantizeLinear pairs around FP32 operators), which OpenVINO reads
+    and fuses into its INT8 kernels; ONNX Runtime's QOperator ops it does not read.
 
     Args:
         src: the FP32 ONNX file.
         dst: where to write the INT8 file.
         feeds: calibration batches.
         exclude: node names to keep in FP32.
+        qdq: write QDQ format (OpenVINO's) instead of QOperator (ONNX Runtime's).
     """
     import onnx
     from onnxruntime.quantization import (
@@ -127,7 +131,7 @@ def quantize_onnx_int8(
         str(src),
         str(dst),
         Reader(),
-        quant_format=QuantFormat.QOperator,
+        quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator,
         per_channel=True,
         reduce_range=saturating_int8_cpu(),
         weight_type=QuantType.QInt8,

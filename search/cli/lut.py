@@ -72,6 +72,12 @@ def _ops_command(sub: Any) -> None:
         help="16-bit layers run FP16, as a GPU deploys them: FP16 op models and whole "
         "models exported with them (export_onnx(half=True)); without it they are FP32",
     )
+    e.add_argument(
+        "--qdq",
+        action="store_true",
+        help="INT8 models in QDQ format, as OpenVINO reads them (runner.py --runtime "
+        "openvino); without it in ONNX Runtime's QOperator format",
+    )
     e.set_defaults(func=cmd_lut_ops)
 
 
@@ -94,6 +100,7 @@ def cmd_lut_ops(args: argparse.Namespace) -> int:
             few_shot=args.few_shot,
             batch_size=args.batch_size,
             half=args.half,
+            qdq=args.qdq,
         )
     calibration = sum(m["kind"] == "calibration" for m in manifest["models"])
     ops = f"{manifest['op_count']} ops"

@@ -11,6 +11,7 @@ from typing import Any
 from frontier.evaluators import SAVINGS_PREFIX
 
 from .._results import (
+    deploy_picked,
     latency_checks,
     measure_picked,
     query_front,
@@ -150,6 +151,8 @@ def cmd_pick(args: argparse.Namespace) -> int:
     test = row.get(TEST_METRIC)
     if test is not None and test == test:  # measured at the end of the search (not NaN)
         report[TEST_METRIC] = float(test)
+    deployed = deploy_picked(files["model.onnx"], report["metrics"])
+    report["files"].update({k: str(v) for k, v in deployed.items()})
     if not args.no_measure:
         measured = measure_picked(files["model.onnx"], report["metrics"])
         if measured:
