@@ -24,10 +24,10 @@ Each space's table is measured in a store of its own (``--store DIR/SPACE``), so
 calibrated on its own space's whole models.
 
 ``--device local-openvino`` checks OpenVINO's table the same way, against a plain
-OpenVINO loop (one compiled model per plan, 1 thread, latency hint, f32), each space
-kept FP32 (Frontier's INT8 exports are ONNX Runtime's QOperator format, which OpenVINO
-does not read), and times every plan with a plain ONNX Runtime loop too: the speed-ups
-of the same plans on each runtime, side by side.
+OpenVINO loop (one compiled model per plan, 1 thread, latency hint, f32), its INT8
+layers exported in QDQ format as OpenVINO reads them, and times every plan's ONNX
+Runtime twin (INT8 in QOperator format) with a plain ONNX Runtime loop too: the
+speed-ups of the same plans on each runtime, side by side.
 
 Run: python benchmarks/bench_latency_trust.py [SPACE ...] [--samples 50]
      [--store DIR] [--json benchmarks/report-logs/latency-trust.json]
@@ -157,26 +157,6 @@ def scenario_pick(name: str) -> dict[str, Any] | None:
     return None
 
 
-def fp32_config(name: str, folder: Path) -> Path:
-    """The config ``name`` (built-in or a file) with every layer kept FP32: the space a
-    device without INT8 kernels for Frontier's exports (``local-openvino``) prices."""
-    import yaml
-
-    from frontier.experiments import builtin_configs
-
-    path = Path(name) if Path(name).exists() else builtin_configs()[name]
-    config = yaml.safe_load(path.read_text())
-    config["name"] = f"{config['name']}-fp32"
-    space = config["space"]
-    if "weight_bits" in space or "act_bits" in space:  # the space's own fields
-        space["weight_bits"], space["act_bits"] = [32], [32]
-    else:
-        space.setdefault("techniques", {})["quantize"] = {"weight_bits": [32], "act_bits": [32]}
-    out = folder / f"{config['name']}.yaml"
-    out.write_text(yaml.safe_dump(config, sort_keys=False))
-    return out
-
-
 def run_space(
     name: str,
     samples: int,
@@ -225,22 +205,21 @@ def run_space(
         ("random", f"seed {VALIDATION_SEED0 + i}", space.sample(VALIDATION_SEED0 + i))
         for i in range(samples)
     ]
-    plans += [
-        ("corner", label, plan)
-        for label, plan in corner_plans(space)
-        if not (openvino and "int8" in label.lower())
-    ]
+    plans += [("corner", label, plan) for label, plan in corner_plans(space)]
     pick = scenario_pick(config.name)
     if pick is not None:
         plans.append(("pick", "the scenario's last pick", CompressionPlan.from_dict(pick)))
     predicted = [latency.predict(model, plan).latency_ms for _, _, plan in plans]
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
+        files, twins = [], []  # as the device runs them; ONNX Runtime's where they differ
         for i, (_, _, plan) in enumerate(plans):
             with quiet_root_logger():
-                data = whole_model_bytes(model, plan, example, calibration)
+                data = whole_model_bytes(model, plan, example, calibration, qdq=device.int8_qdq)
+                twin = whole_model_bytes(model, plan, example, calibration) if openvino else b""
             files.append(Path(tmp) / f"{i}.onnx")
             files[-1].write_bytes(data)
+            twins.append(Path(tmp) / f"{i}-ort.onnx")
+            twins[-1].write_bytes(twin or data)
         print(f"{name}: {len(files)} models exported; measuring", file=sys.stderr)
         # each chunk times the uncompressed model in its rounds: rows and speed-ups
         # are stated against it, as tables are (runner.relative_to)
@@ -249,7 +228,7 @@ def run_space(
         first = measure_models(files, label=f"{name} pass 1", seed=0, **kw)
         plain = [(plain_openvino_ms if openvino else plain_loop_ms)(f) for f in files]
         # the same files as ONNX Runtime runs them: which compression pays on which runtime
-        other = [plain_loop_ms(f) for f in files] if openvino else plain
+        other = [plain_loop_ms(f) for f in twins] if openvino else plain
         second = measure_models(files, label=f"{name} pass 2", seed=1, **kw)
     base_index = next(i for i, p in enumerate(plans) if p[1] == "prune 0, fp32")
     rows = [
@@ -378,7 +357,7 @@ def main() -> None:
         "--device",
         default="local-cpu",
         help="the device of this machine to check (default local-cpu; local-openvino "
-        "checks OpenVINO against a plain OpenVINO loop, its spaces kept FP32)",
+        "checks OpenVINO against a plain OpenVINO loop, and times ONNX Runtime beside it)",
     )
     args = parser.parse_args()
     if args.report:
@@ -392,10 +371,7 @@ def main() -> None:
             start = time.perf_counter()
             # a store per space: each table is calibrated on its own space's models
             budget = args.budget_s or None
-            source = name
-            if args.device.startswith("local-openvino"):
-                source = str(fp32_config(name, Path(tmp)))
-            result = run_space(source, args.samples, store / Path(source).stem, budget, args.device)
+            result = run_space(name, args.samples, store / Path(name).stem, budget, args.device)
             result["wall_s"] = round(time.perf_counter() - start, 1)
             name = (
                 result["space"]

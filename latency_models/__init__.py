@@ -46,6 +46,7 @@ from ._profile import (
     compare_layers,
     plot_layers,
     profile_layers,
+    read_onnx,
 )
 from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, read_table
@@ -100,6 +101,7 @@ __all__ = [
     "quiet_root_logger",
     "read_front_result",
     "read_manifest",
+    "read_onnx",
     "read_table",
     "register_local",
     "register_runtime",

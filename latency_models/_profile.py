@@ -213,6 +213,20 @@ def _trans_b(node: Any) -> bool:
     return any(a.name == "transB" and a.i == 1 for a in node.attribute)
 
 
+def read_onnx(model: Path, data: bytes | None = None) -> Any:
+    """``model`` (its bytes ``data`` where read already) as an ONNX proto; a file that is
+    not one, or holds no graph, is a ``TableError`` naming it."""
+    import onnx
+
+    try:
+        proto = onnx.load_from_string(Path(model).read_bytes() if data is None else data)
+    except Exception as err:  # protobuf's DecodeError and kin: not an ONNX file
+        raise TableError(f"{model}: not an ONNX model ({type(err).__name__})") from None
+    if not proto.graph.node:
+        raise TableError(f"{model}: an ONNX file with no graph (empty, or not a model)")
+    return proto
+
+
 def profile_layers(
     model: Path, *, device: LocalDevice = CPU_1T, runs: int = 200, measure: bool = True
 ) -> ModelProfile:
@@ -221,18 +235,11 @@ def profile_layers(
     batch 1, random inputs), with MACs and kernels; ``measure`` also times the whole
     model on ``device`` by the timing protocol. ``device`` must run on ONNX Runtime's
     CPU provider (``Runtime.profiles_layers``)."""
-    import onnx
-
     from ._local import measure_models
     from .runner import open_session, profile_nodes, session_options
 
     data = Path(model).read_bytes()
-    try:
-        proto = onnx.load_from_string(data)
-    except Exception as err:  # protobuf's DecodeError and kin: not an ONNX file
-        raise TableError(f"{model}: not an ONNX model ({type(err).__name__})") from None
-    if not proto.graph.node:
-        raise TableError(f"{model}: an ONNX file with no graph (empty, or not a model)")
+    proto = read_onnx(model, data)
     if not device.runtime.profiles_layers:
         raise TableError(
             f"{device.name}: layers are profiled by ONNX Runtime's CPU profiler, "

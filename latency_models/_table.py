@@ -279,6 +279,19 @@ def _float(text: str) -> float:
     return float(text) if text not in ("", None) else math.nan
 
 
+class _NotANumber(ValueError):
+    """A numeric column of a table row holds something else."""
+
+
+def _number(raw: dict[str, Any], column: str) -> float:
+    """The row's ``column`` as a float (NaN where empty); ``_NotANumber`` names it."""
+    text = (raw.get(column) or "").strip()
+    try:
+        return _float(text)
+    except ValueError:
+        raise _NotANumber(f"{column} must be a number, got {text!r}") from None
+
+
 def read_table(path: str | Path, *, name: str | None = None) -> DeviceTable:
     """Read and validate a measured table (CSV plus ``.meta.json`` beside it).
 
@@ -326,10 +339,17 @@ def _read_meta(path: Path) -> dict[str, Any]:
 
 def _row(raw: dict[str, Any], line: int, seen: dict[str, int]) -> Row | str:
     """One CSV row as a ``Row``, or what is wrong with it (``seen``: keys by line)."""
+    try:
+        return _parsed_row(raw, line, seen)
+    except _NotANumber as err:
+        return str(err)
+
+
+def _parsed_row(raw: dict[str, Any], line: int, seen: dict[str, int]) -> Row | str:
     key = (raw.get("key") or "").strip()
     kind = (raw.get("kind") or "").strip()
     status = (raw.get("status") or "").strip()
-    median = _float(raw.get("median_ms", ""))
+    median = _number(raw, "median_ms")
     energy_text = (raw.get("energy_mj") or "").strip()
     if not key:
         return "empty key"
@@ -344,7 +364,7 @@ def _row(raw: dict[str, Any], line: int, seen: dict[str, int]) -> Row | str:
         return f"median_ms must be finite and > 0, got {median!r}"
     energy = None
     if energy_text:
-        energy = _float(energy_text)
+        energy = _number(raw, "energy_mj")
         if not (math.isfinite(energy) and energy >= 0):
             return f"energy_mj must be finite and >= 0, got {energy!r}"
     return Row(
@@ -355,16 +375,16 @@ def _row(raw: dict[str, Any], line: int, seen: dict[str, int]) -> Row | str:
         precision=raw.get("precision", ""),
         status=status,
         median_ms=median,
-        p10_ms=_float(raw.get("p10_ms", "")),
-        p90_ms=_float(raw.get("p90_ms", "")),
-        runs=int(float(raw.get("runs") or 0)),
+        p10_ms=_number(raw, "p10_ms"),
+        p90_ms=_number(raw, "p90_ms"),
+        runs=int(runs) if math.isfinite(runs := _number(raw, "runs")) else 0,
         energy_mj=energy,
-        raw_median_ms=_float(raw.get("raw_median_ms", "")),
-        baseline_ms=_float(raw.get("baseline_ms", "")),
+        raw_median_ms=_number(raw, "raw_median_ms"),
+        baseline_ms=_number(raw, "baseline_ms"),
         baseline_key=(raw.get("baseline_key") or "").strip(),
-        relative=_float(raw.get("relative", "")),
-        eager_ms=_float(raw.get("eager_ms", "")),
-        host_ms=_float(raw.get("host_ms", "")),
+        relative=_number(raw, "relative"),
+        eager_ms=_number(raw, "eager_ms"),
+        host_ms=_number(raw, "host_ms"),
     )
 
 
@@ -386,9 +406,7 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
             else:
                 rows.append(row)
     if problems:
-        shown = "\n  ".join(problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise TableError(f"{path}: {len(problems)} bad row(s):\n  {shown}{more}")
+        raise TableError(_refused(path, problems))
     _check_batch(path, meta, rows)
     return DeviceTable(
         name=name or meta.get("device") or path.stem,
@@ -396,6 +414,21 @@ def _read_table(path: Path, name: str | None) -> DeviceTable:
         rows=against_baseline(rows),
         path=path,
     )
+
+
+def _refused(path: Path, problems: list[str]) -> str:
+    """One line for a table's bad rows: how many, the first, and the file that lists
+    them all (``PATH.rejected``, written beside the table where it can be)."""
+    first = problems[0]
+    if len(problems) == 1:
+        return f"{path}: 1 bad row: {first}"
+    rejected = Path(f"{path}.rejected")
+    try:
+        rejected.write_text("\n".join(problems) + "\n", encoding="utf-8")
+        where = f"; all in {rejected}"
+    except OSError:
+        where = ""
+    return f"{path}: {len(problems):,} bad rows, the first {first}{where}"
 
 
 def _check_batch(path: Path, meta: dict[str, Any], rows: list[Row]) -> None:
@@ -561,10 +594,10 @@ class DeviceStore:
         losses = _import_losses(path, table, manifest)
         if losses and not allow_degraded:
             raise TableError(
-                f"{path}: not imported, since it would predict worse than it was measured "
-                "to:\n  " + "\n  ".join(losses) + "\nKeep the files the runner wrote beside "
-                "the CSV, or pass --bundle; or import anyway with --allow-degraded "
-                "(recorded in the table's import_warnings)"
+                f"{path}: not imported, it would predict worse than it was measured: "
+                + "; ".join(losses)
+                + ". Keep the files the runner wrote beside the CSV, or pass --bundle; or "
+                "import anyway with --allow-degraded (recorded in its import_warnings)"
             )
         warnings = [*losses, *_calibration_warnings(table)]
         added = meta.to_dict() if meta is not None else {}

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._log import logger
+from ._log import logger, requiet
 from ._view import SearchView
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class Emissions(Callback):
                 country_iso_code=self.country_iso, save_to_file=False, log_level="error"
             )
             logging.getLogger("codecarbon").setLevel(logging.ERROR)
+            requiet()
             self._tracker.start()
         except Exception as err:
             logger.warning("CodeCarbon unavailable (%s); no search energy logged", err)

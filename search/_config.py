@@ -445,8 +445,24 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         try:
             out[key.strip()] = yaml.safe_load(text)
         except yaml.YAMLError as err:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({err})") from None
+            raise ConfigError(
+                f"--set {item!r}: the value is not valid YAML ({yaml_problem(err)})"
+            ) from None
     return out
+
+
+def yaml_problem(err: yaml.YAMLError, *, with_place: bool = False) -> str:
+    """A PyYAML error in one line: ``LINE:COL: not valid YAML: what`` (lines and columns
+    from 1) where ``with_place``, else what; never PyYAML's excerpt with its caret."""
+    mark = getattr(err, "problem_mark", None)
+    what = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    if context:
+        what = f"{what} ({context})"
+    if not with_place:
+        return str(what)
+    place = f"{mark.line + 1}:{mark.column + 1}:" if mark is not None else ""
+    return f"{place} not valid YAML: {what}"
 
 
 def config_from_json(text: str, *, source: str = "<config>") -> Config:
@@ -474,7 +490,7 @@ def load_config(name_or_path: str | Path) -> Config:
     except DuplicateKeyError as err:
         raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        raise ConfigError(f"{path}:{yaml_problem(err, with_place=True)}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file (UTF-8 YAML); is it the config?") from None
     except OSError as err:

@@ -4,8 +4,10 @@ that logger a handler of its own, they are printed on stderr as ``frontier: ...`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("frontier")
@@ -42,3 +44,46 @@ def show_messages() -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+#: libraries whose log lines say nothing to a Frontier user on the terminal (CodeCarbon's
+#: "unknown CPU", MLflow's "Creating initial MLflow database tables..."): under the
+#: ``frontier`` command they go to ``third_party_log()``
+THIRD_PARTY = ("codecarbon", "mlflow", "alembic", "sqlalchemy", "huey")
+_routed: list[logging.Handler] = []
+
+
+def third_party_log() -> Path:
+    """The file third-party log lines go to: ``third-party.log`` in Frontier's data dir."""
+    from frontier.latency_models._table import data_dir
+
+    return data_dir() / "third-party.log"
+
+
+def quiet_third_party() -> None:
+    """Send ``THIRD_PARTY`` libraries' log lines to ``third_party_log()`` from now on in
+    this process (the ``frontier`` command calls it; an application that imports Frontier
+    keeps its own logging). ``requiet`` again after importing one: MLflow and CodeCarbon
+    put their own terminal handlers back on import and on each tracker."""
+    if not _routed:
+        # CodeCarbon adds its terminal handler when first imported: import it first
+        with contextlib.suppress(ImportError):
+            import codecarbon.external.logger  # noqa: F401
+        path = third_party_log()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handler: logging.Handler = logging.FileHandler(path, delay=True, encoding="utf-8")
+        except OSError:  # nowhere to write: those lines are dropped, never printed
+            handler = logging.NullHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        _routed.append(handler)
+    requiet()
+
+
+def requiet() -> None:
+    """Route ``THIRD_PARTY`` loggers to the file again, where ``quiet_third_party`` was
+    called (a no-op otherwise)."""
+    for name in THIRD_PARTY if _routed else ():
+        third = logging.getLogger(name)
+        third.handlers = list(_routed)
+        third.propagate = False

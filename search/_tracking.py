@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from ._log import requiet
 from ._pareto import Objective
 
 #: a front member's accuracy on the test split, logged at the end of a search: it
@@ -127,6 +128,7 @@ def resolve_uri(uri: str) -> str:
 def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
+    requiet()  # importing MLflow put its terminal handler back
     return MlflowClient(tracking_uri=resolve_uri(uri))
 
 

@@ -9,13 +9,14 @@ import argparse
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 from frontier.experiments import TaskError
 from frontier.latency_models import DeviceUnavailable, TableError
 from frontier.spaces import PlanError, SpaceError
 
 from .._config import ConfigError
-from .._log import show_messages
+from .._log import quiet_third_party, show_messages
 from .._results import QueryError
 from .._storage import SearchError
 from .._tracking import TrackingError, no_telemetry
@@ -44,8 +45,17 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose refusals are one line and exit 2, pointing at --help
+    (argparse's own prints the whole usage block first). Subcommands' parsers are of
+    the same class (argparse makes them with the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="frontier",
         description="Hardware-aware compression search for PyTorch models.",
     )
@@ -59,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     no_telemetry()
     show_messages()
+    quiet_third_party()
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -99,7 +99,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from frontier.latency_models import compare_layers, local_device, plot_layers, profile_layers
+    from frontier.latency_models import (
+        compare_layers,
+        local_device,
+        plot_layers,
+        profile_layers,
+        read_onnx,
+    )
 
     if args.runs < 10:
         raise UsageError("profile: --runs must be at least 10")
@@ -108,6 +114,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="frontier-profile-") as tmp:
         model = _onnx_file(args.model, args, Path(tmp))
         base = _onnx_file(args.baseline, args, Path(tmp)) if args.baseline else None
+        for path in (model, base) if base else (model,):
+            read_onnx(path)  # refused before anything is printed
         print(f"profiling {model} ({args.runs} runs) ...", file=sys.stderr)
         here = local_device(f"local-cpu-{args.threads}t")  # --threads: a CPU device
         assert here is not None

@@ -19,6 +19,11 @@ def _fails(capsys, args: list[str], says: str, within_s: float = 20.0) -> None:
     err = capsys.readouterr().err
     assert says in err, err
     assert "Traceback" not in err
+    # the refusal is one line, the last (a progress line may come before it)
+    lines = err.strip().splitlines()
+    refusals = [i for i, line in enumerate(lines) if line.startswith("frontier: error:")]
+    assert refusals == [len(lines) - 1], err
+    assert all(line.startswith(("frontier", "warning: ")) for line in lines), err
 
 
 def test_an_empty_config_is_an_error(workdir: Path, capsys) -> None:
@@ -117,6 +122,8 @@ def test_numbers_out_of_range_are_refused(workdir: Path, capsys, args: list[str]
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "must be >= " in err and "Traceback" not in err
+    # one line, pointing at the help (not argparse's usage block)
+    assert len(err.strip().splitlines()) == 1 and err.strip().endswith("--help)"), err
 
 
 def test_a_file_where_a_folder_is_expected_and_the_reverse(
@@ -231,3 +238,30 @@ def test_a_search_whose_first_trials_fail_alike_stops_and_resumes(
     assert "front: 0 models" not in err, err
     if rungs == ["short"]:
         assert "(3 failed)" in err, err
+
+
+def test_a_config_that_is_not_yaml_is_named_by_line_and_column(workdir: Path, capsys) -> None:
+    (workdir / "bad.yaml").write_text("name: x\n  task: [\n")
+    _fails(capsys, ["search", "bad.yaml"], "bad.yaml:2:7: not valid YAML: mapping values")
+
+
+def _table(path: Path, medians: list[str]) -> Path:
+    header = "model_id,kind,key,op_type,precision,status,median_ms,p10_ms,p90_ms,runs\n"
+    rows = [f"m{i},op,Conv|k{i}|fp32,Conv,fp32,ok,{m},1,1,10\n" for i, m in enumerate(medians)]
+    path.write_text(header + "".join(rows))
+    return path
+
+
+def test_a_table_with_bad_rows_is_one_line_and_lists_them_all_in_a_file(
+    workdir: Path, capsys
+) -> None:
+    path = _table(workdir / "t.csv", ["abc", "0.5", *["-1"] * 30])
+    _fails(capsys, ["lut", "import", str(path), "--name", "x"],
+           "31 bad rows, the first row 2: median_ms must be a number, got 'abc'")  # fmt: skip
+    listed = (workdir / "t.csv.rejected").read_text().splitlines()
+    assert len(listed) == 31 and listed[-1].startswith("row 33: median_ms must be finite")
+
+
+def test_a_table_without_its_sidecar_files_is_one_line(workdir: Path, capsys) -> None:
+    path = _table(workdir / "t.csv", ["0.5", "0.6"])
+    _fails(capsys, ["lut", "import", str(path), "--name", "x"], "no t.csv.meta.json")
