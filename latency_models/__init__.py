@@ -49,7 +49,7 @@ from ._profile import (
     read_onnx,
 )
 from ._sparse import sparse_kernel
-from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, read_table
+from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
 from ._validate import ValidationReport, validate
 from ._whole import whole_model_bytes
 from .runner import (
@@ -82,6 +82,7 @@ __all__ = [
     "build_onnx",
     "compare_layers",
     "corner_plans",
+    "data_dir",
     "ensure_local_table",
     "error_summary",
     "learn",

@@ -181,11 +181,44 @@ def _exported(model: Any, example_inputs: Any, batch_size: int = 1) -> Any:
         path = Path(tmp) / "model.onnx"
         export_onnx(model, CompressionPlan(), example_inputs, path)
         proto = onnx.load(str(path))
-        if batch_size != 1:  # the dynamic batch made concrete, so every shape follows it
-            _fix_batch(proto.graph, batch_size)
+        # the dynamic batch made concrete, so every shape follows it (a shape computed
+        # from it, as ShuffleNet's channel shuffle is, is known only then)
+        _fix_batch(proto.graph, batch_size)
         # data propagation: shapes computed in the graph (an attention block's reshapes
         # to heads) become known too
-        return shape_inference.infer_shapes(proto, data_prop=True)
+        inferred = shape_inference.infer_shapes(proto, data_prop=True)
+        _run_for_shapes(inferred)
+        return inferred
+
+
+def _run_for_shapes(proto: Any) -> None:
+    """Fill in the shapes static inference left unknown (ShuffleNet's channel shuffle
+    divides a channel count in the graph, which ONNX's data propagation does not) by
+    running the graph once in ONNX Runtime on seeded inputs of its (concrete) shapes."""
+    import numpy as np
+    import onnx
+
+    from .runner import open_session, session_options
+
+    graph = proto.graph
+    unknown = [
+        vi
+        for vi in graph.value_info
+        if vi.type.tensor_type.elem_type
+        and any(d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)
+    ]
+    if not unknown:
+        return
+    probe = onnx.ModelProto()
+    probe.CopyFrom(proto)
+    del probe.graph.output[:]
+    probe.graph.output.extend(unknown)
+    run, _ = open_session(probe.SerializeToString(), session_options(1))
+    for vi, value in zip(unknown, run(), strict=True):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == np.ndim(value):
+            for d, n in zip(dims, np.shape(value), strict=True):
+                d.dim_value = int(n)
 
 
 def _fix_batch(graph: Any, batch_size: int) -> None:

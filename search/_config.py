@@ -111,6 +111,10 @@ class FidelitySection(_Section):
     #: where no compressed plan meets the accuracy bound at a rung, measure its most
     #: accurate plans a rung up and promote by the shortfall seen (see SpreadPromotion)
     adapt: bool = True
+    #: before the search returns, every front member below the top rung is measured at
+    #: the top rung (its values there replace the cheap rung's), so the front a user
+    #: picks from was all trained alike; False leaves them, marked ``finished: false``
+    finish: bool = True
 
     @field_validator("rungs")
     @classmethod

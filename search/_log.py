@@ -55,7 +55,7 @@ _routed: list[logging.Handler] = []
 
 def third_party_log() -> Path:
     """The file third-party log lines go to: ``third-party.log`` in Frontier's data dir."""
-    from frontier.latency_models._table import data_dir
+    from frontier.latency_models import data_dir
 
     return data_dir() / "third-party.log"
 

@@ -124,9 +124,11 @@ def log_start(search: Any, backend: Any) -> None:
     """The line a search starts its loop with: its study, trials done, backend, MLflow."""
     cfg = search.config
     logger.info(
-        "study %r in %s, %d of %d trials done, backend %s (%d at a time), MLflow at %s",
+        "study %r in %s, %d of %d trials done (a plan proposed again is not run: it is "
+        "recorded as PRUNED, so trial numbers may pass %d), backend %s (%d at a time), "
+        "MLflow at %s",
         search.study_name, search.study_store.url, search.done, cfg.search.trials,
-        backend.name, backend.slots, cfg.tracking.uri,
+        cfg.search.trials, backend.name, backend.slots, cfg.tracking.uri,
     )  # fmt: skip
 
 

@@ -156,6 +156,9 @@ def _database(url: str, attempts: int = 5) -> Any:
     import optuna
     import sqlalchemy.exc
 
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        # SQLite says only "unable to open database file": name the folder in the way
+        writable(Path(url.removeprefix("sqlite:///")).parent, f"the study storage {url}")
     for attempt in range(1, attempts + 1):
         try:
             return optuna.storages.RDBStorage(url)

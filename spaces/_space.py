@@ -12,11 +12,12 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from torch import nn
 
 from . import _graph
 from ._dims import Dimension, LayerGroup, QuantLayer, SkippedGroup
-from ._forward import SpaceError, check_forward, eval_mode
+from ._forward import SpaceError, check_forward, eval_mode, run_model
 from ._plan import (
     IMPORTANCE_CRITERIA,
     CompressionPlan,
@@ -370,6 +371,24 @@ def _tie_of(name: str, options: SpaceOptions) -> str | None:
     return None
 
 
+def _layers_run(model: nn.Module, example_inputs: Any) -> set[str]:
+    """The names of the Conv/Linear layers (``channel_axis``) that one eval-mode forward
+    pass of ``model`` runs."""
+    ran: set[str] = set()
+    hooks = [
+        module.register_forward_pre_hook(lambda _m, _a, name=name: ran.add(name))
+        for name, module in model.named_modules()
+        if name and channel_axis(module) is not None
+    ]
+    try:
+        with torch.no_grad(), eval_mode(model):
+            run_model(model, example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return ran
+
+
 def discover(
     model: nn.Module, example_inputs: Any, options: SpaceOptions | None = None
 ) -> SearchSpace:
@@ -420,6 +439,19 @@ def discover(
                         channel_groups=found.channel_groups,
                     )
                 )
+    ran = _layers_run(model, example_inputs)
+    idle = [
+        name
+        for name, module in model.named_modules()
+        if name and channel_axis(module) is not None and name not in ran
+    ]
+    if idle:  # GoogLeNet's and Inception's auxiliary heads: trained, never deployed
+        warnings.warn(
+            f"{len(idle)} layer(s) do not run in eval mode and are left out of the space "
+            f"(an exported model holds none of them): {', '.join(idle[:4])}"
+            + (", ..." if len(idle) > 4 else ""),
+            stacklevel=2,
+        )
     layers = [
         QuantLayer(
             name=name,
@@ -430,7 +462,7 @@ def discover(
             sparsity=tuple(options.sparsity),
         )
         for name, module in model.named_modules()
-        if name and channel_axis(module) is not None and _selected(name, options)
+        if name and channel_axis(module) is not None and name in ran and _selected(name, options)
     ]
     students: dict[str, SearchSpace] = {}
     if options.students:

@@ -50,8 +50,9 @@ TIERS: dict[str, list[str]] = {
     ],
     "evaluators": ["_base", "_accuracy _cost _hardware", "__init__"],
     "latency_models": [
-        "_corners _estimate _templates runner",
-        "_ops _table runner_torch",
+        "_corners _estimate runner",
+        "_table _templates runner_torch",
+        "_ops",
         "_arch _context _correction _devices _op_models _sparse _transfer _whole",
         "_bundle _calibration",
         "_choose _front_bundle _pricer",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,7 @@ def cmd_pick(args: argparse.Namespace) -> int:
         raise UsageError("pick: give a RUN_ID or --best OBJECTIVE (one of them)")
     uri = tracking_uri(args)
     parent, frame = query_front(uri, experiment=args.experiment, run=args.run, where=args.where)
+    top = str(parent.data.params.get("rungs", "")).split(",")[-1]  # the search's top rung
     if args.run_id:
         match = frame[frame["run_id"] == args.run_id]
         if match.empty:
@@ -125,10 +127,21 @@ def cmd_pick(args: argparse.Namespace) -> int:
     else:
         if frame.empty:
             raise UsageError("pick: no front member matches --where")
-        match = sort_front(frame, args.best, metrics_of(parent), "--best").head(1)
+        finished = frame[frame["rung"] == top] if "rung" in frame and top else frame
+        # members measured at the top rung first: a cheap rung's accuracy is not theirs
+        match = sort_front(
+            finished if not finished.empty else frame, args.best, metrics_of(parent), "--best"
+        ).head(1)
     if match.empty:
         raise UsageError(f"pick: run {args.run_id} is not a trial of that search")
     row = match.iloc[0].to_dict()
+    if top and row.get("rung") not in (None, top):
+        note = (
+            f"trial {row['trial']} was measured at rung {row['rung']!r} only, not at the top "
+            f"rung {top!r}: its accuracy is the cheaper rung's; `frontier search CONFIG "
+            "--resume` measures the front there"
+        )
+        print(f"warning: {note}", file=sys.stderr)
     out = Path(args.export or f"frontier-pick-trial-{row['trial']}")
     target = _export_folder(out)
     files = download(uri, row["run_id"], target)

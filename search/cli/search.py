@@ -75,7 +75,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"{len(result.trials)} trials ({failed} failed{_skipped(result.study)}); "
         f"MLflow run {result.mlflow_run_id}\n"
         f"next: frontier pareto --experiment {experiment}   |   "
-        f"frontier pick --experiment {experiment} --best {config.objectives[0].name} "
+        f"frontier pick --experiment {experiment} {_pick_hint(search.objectives, result.pareto)} "
         "--export picked/"
     )
     devices = Counter(r.device for r in search.records.values() if r.device)
@@ -109,6 +109,19 @@ def _saved(seconds: float) -> str:
         f"(about {-seconds:.0f} s more: on a search this small, re-measuring the promoted "
         "plans costs more than the cheap rungs save)"
     )
+
+
+def _pick_hint(objectives: list[Any], front: Any) -> str:
+    """``pick``'s options as the README shows them: the best of the second objective
+    among members that keep the first at least at the front's median (``--best
+    size_bytes --where "accuracy >= 0.97"``); the first objective alone where there is
+    one, or no front."""
+    first = objectives[0]
+    if len(objectives) < 2 or front.empty or first.name not in front:
+        return f"--best {first.name}"
+    median = float(front[first.name].median())
+    op = ">=" if first.direction == "maximize" else "<="
+    return f'--best {objectives[1].name} --where "{first.name} {op} {median:.4g}"'
 
 
 def _skipped(study: Any) -> str:

@@ -45,9 +45,11 @@ def test_builtin_names(name: str, kind: str, threads: int, batch: int) -> None:
     assert device is not None and device.name == name
     assert (device.kind, device.threads, device.batch_size) == (kind, threads, batch)
     # a GPU runs 16-bit layers in FP16 and no INT8 (no GPU runtime here has INT8
-    # kernels); a CPU runs INT8, and 16-bit layers in FP32 as they are exported for it
-    assert ("int8" in device.precisions) == (kind == "cpu")
+    # kernels); a CPU runtime runs INT8 (OpenVINO's exported as QDQ), and 16-bit layers
+    # in FP32 as they are exported for it
+    assert ("int8" in device.precisions) == (kind != "cuda")
     assert device.half == (kind == "cuda")
+    assert device.int8_qdq == (kind == "openvino")
 
 
 @pytest.mark.parametrize("name", ["local-cpu-0t", "local-cuda-b0", "local-gpu", "pi4"])

@@ -201,7 +201,6 @@ def test_openvino_runs_a_qdq_export_as_onnx_runtime_runs_its_qoperator_twin(tmp_
     import openvino as ov
 
     from frontier.latency_models import runtime_of
-    from frontier.search._results import deploy_picked
     from frontier.spaces import apply_plan, export_onnx
 
     task = DigitsTask(model="cnn")
@@ -219,7 +218,7 @@ def test_openvino_runs_a_qdq_export_as_onnx_runtime_runs_its_qoperator_twin(tmp_
     got = core.compile_model(str(qdq), "CPU").create_infer_request().infer(feeds)
     scale = float(np.abs(want[0]).max())
     np.testing.assert_allclose(next(iter(got.values())), want[0], atol=0.05 * scale)
-    files = deploy_picked(qdq, {"accuracy": 0.9, "latency_ms@local-openvino": 1.0})
+    files = runtime_of("openvino").deploy(qdq)
     assert set(files) == {"model.xml", "model.bin"}
     ir = core.compile_model(str(files["model.xml"]), "CPU").create_infer_request().infer(feeds)
     np.testing.assert_allclose(

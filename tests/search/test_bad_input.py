@@ -47,6 +47,8 @@ def blocked(workdir: Path) -> Path:
 def test_unwritable_folders_fail_before_any_work(write_config, blocked: Path, capsys) -> None:
     path = write_config()
     _fails(capsys, ["search", str(path), "--storage", str(blocked / "j")], "the study journal")
+    sqlite = f"sqlite:///{blocked / 's.db'}"  # SQLite alone says "unable to open database file"
+    _fails(capsys, ["search", str(path), "--storage", sqlite], "afile is a file, not a folder")
     uri = f"sqlite:///{blocked / 'mlflow.db'}"
     _fails(capsys, ["search", str(path), "--tracking-uri", uri], f"in {blocked}")
     _fails(

@@ -171,3 +171,32 @@ def test_activation_swap_is_a_dimension_that_replaces_the_modules() -> None:
         ActivationSwap("_Swish", "gelu")
     with pytest.raises(SpaceError, match="has no 'Mish' module"):
         discover(model, x, SpaceOptions(activation_swap=SwapActivations("Mish")))
+
+
+class _WithAuxHead(torch.nn.Module):
+    """A classifier with an auxiliary head that runs in training only (as GoogLeNet's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.aux = torch.nn.Linear(8, 10)
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(x)).mean((2, 3))
+        out = self.fc(h)
+        return out + 0.3 * self.aux(h) if self.training else out
+
+
+def test_a_layer_that_never_runs_in_eval_mode_is_left_out_and_plans_export(tmp_path) -> None:
+    from frontier.spaces import apply_plan, export_onnx
+
+    model, x = _WithAuxHead().eval(), torch.randn(2, 1, 8, 8)
+    with pytest.warns(UserWarning, match=r"1 layer\(s\) do not run in eval mode .*: aux"):
+        space = discover(
+            model, x, SpaceOptions(prune_ratios=(0.0,), weight_bits=(8,), act_bits=(8,))
+        )
+    assert [layer.name for layer in space.layers] == ["conv", "fc"]
+    plan = space.sample(0)
+    result = export_onnx(apply_plan(model, plan, x), plan, x, tmp_path / "m.onnx")
+    assert "INT8" in result.note and model.training is False
