@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -548,3 +549,19 @@ def test_the_summary_counts_repeats_the_study_holds(write_config, capsys) -> Non
     pruned = len(study.get_trials(states=(optuna.trial.TrialState.PRUNED,)))
     assert pruned > 0
     assert f"; {pruned} repeated plans skipped, recorded as PRUNED in the study" in out, out
+
+
+def test_the_terminal_holds_only_frontiers_own_lines(write_config, workdir: Path) -> None:
+    """MLflow's "Creating initial MLflow database tables..." and CodeCarbon's lines go to
+    third-party.log in the data dir, not the terminal, under the ``frontier`` command."""
+    path = write_config(search={"trials": 4, "population": 2})
+    cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(path), "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    # other libraries' log lines: MLflow's "2026/11/28 09:12:08 INFO mlflow.store...",
+    # CodeCarbon's "[codecarbon WARNING @ ...]", Python logging's "INFO:alembic..."
+    foreign = re.compile(r"^(\d{4}/\d\d/\d\d [\d:]+ [A-Z]+ |\[codecarbon|[A-Z]+:[a-z])")
+    assert lines and not [line for line in lines if foreign.match(line)], lines
+    log = Path(os.environ["FRONTIER_DATA_DIR"]) / "third-party.log"
+    assert "mlflow" in log.read_text()  # kept, not lost
