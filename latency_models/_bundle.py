@@ -28,6 +28,7 @@ from ._ops import (
     identity_model,
     plan_op_nodes,
     plan_ops,
+    unbuildable_model,
 )
 from ._table import MIN_CALIBRATION_MODELS
 from ._transfer import few_shot_ops
@@ -290,7 +291,13 @@ class _Writer:
         start = time.perf_counter()
         for i, spec in enumerate(specs):
             file = f"models/op-{i:05d}.onnx"
-            weights = self.put(file, op_model_bytes(spec, self.qdq))
+            try:
+                data, error = op_model_bytes(spec, self.qdq), ""
+            except Exception as err:  # one op the builder cannot write costs the table it
+                data = unbuildable_model().SerializeToString()
+                first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+                error = f"op model not built ({type(err).__name__}: {first})"
+            weights = self.put(file, data)
             self.entries.append(
                 {
                     "id": f"op-{i:05d}",
@@ -301,6 +308,7 @@ class _Writer:
                     "precision": spec.precision,
                     "spec": spec.to_dict(),
                     **weights,
+                    **({"build_error": error} if error else {}),
                 }
             )
             self.progress("ops", i + 1, len(specs), start)

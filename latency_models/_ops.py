@@ -562,6 +562,24 @@ def boundary_model(spec: OpSpec, opset: int = 17) -> Any:
     return model
 
 
+def unbuildable_model(opset: int = 17) -> Any:
+    """What a bundle holds for an op whose model could not be built: a node of an operator
+    no runtime has, so any runner records the op unsupported instead of timing something
+    else in its place (the manifest entry's ``build_error`` says why)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    node = helper.make_node("NotBuilt", ["x0"], ["y"], domain="frontier.unbuilt")
+    graph = helper.make_graph([node], "unbuilt", [x], [y])
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("frontier.unbuilt", 1)],
+    )
+    model.ir_version = 8
+    return model
+
+
 def identity_model(opset: int = 17) -> Any:
     """A model that copies a 1-element tensor: its latency is the per-run overhead."""
     from onnx import TensorProto, helper

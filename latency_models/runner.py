@@ -1061,6 +1061,10 @@ class _ChunkTimer:
                 "precision": entry.get("precision", ""),
             }
             rows.append(row)
+            if entry.get("build_error"):  # Frontier could not write this op's model
+                row.update(status="unsupported", median_ms="", p10_ms="", p90_ms="")
+                row.update(raw_median_ms="", runs=0, error=entry["build_error"])
+                continue
             data = _member(self.zf, self.bundle, entry["file"])
             try:
                 run, feeds = self._open(entry, data)

@@ -69,3 +69,50 @@ def test_a_damaged_bundle_is_exit_2_naming_it(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err and says in err, err
     assert "Traceback" not in err
+
+
+def test_an_op_whose_model_cannot_be_built_is_recorded_and_the_table_stands(
+    mlp_setup, tmp_path, monkeypatch
+) -> None:
+    """An op model the builder cannot write (ShuffleNet's pruned channel shuffle in INT8
+    made the quantizer raise) is recorded unsupported, with why, and the rest of the table
+    is measured and prices plans; it is not measured again on the next search."""
+    from frontier.latency_models import DeviceStore, LatencyModel, _bundle, ensure_local_table
+
+    task, model, x, space = mlp_setup
+    built = _bundle.op_model_bytes
+    refused: list[str] = []
+
+    def build(spec, qdq=False):
+        if spec.precision.startswith("int8") and spec.op_type == "Gemm" and not refused:
+            refused.append(spec.key)
+            raise RuntimeError("quantizer: shape mismatch\nmore lines")
+        return built(spec, qdq)
+
+    monkeypatch.setattr(_bundle, "op_model_bytes", build)
+    store = DeviceStore(tmp_path / "store")
+    kw = {"store": store, "name": "local-cpu", "calibration": 8, "rounds": 1, "round_s": 0.002,
+          "calibration_data": task.calibration_batches()}  # fmt: skip
+    table = ensure_local_table(model, x, space, **kw)
+    row = table.get(refused[0])
+    assert row is not None and row.status == "unsupported"
+    assert sum(r.status == "ok" for r in table.rows if r.kind == "op") == len(table.ops()) - 1
+    lm = LatencyModel(table)
+    lm.bind(model, x, space)
+    assert lm.predict(model, space.sample(0)).latency_ms > 0
+    monkeypatch.setattr(_bundle, "op_model_bytes", built)
+    again = ensure_local_table(model, x, space, **kw)  # found, not measured again
+    assert again.rows == store.load("local-cpu").rows
+    # the runner's row says why (a bundle of that op alone)
+    import csv
+
+    from frontier.latency_models import measure_bundle, write_bundle
+
+    monkeypatch.setattr(_bundle, "op_model_bytes", build)
+    refused.clear()
+    bundle, out = tmp_path / "ops.zip", tmp_path / "t.csv"
+    write_bundle(bundle, model=model, example_inputs=x, space=space, calibration=0)
+    measure_bundle(bundle, out, device="t", kinds=("op",), rounds=1, round_s=0.002)
+    with out.open() as f:
+        why = {r["key"]: r["error"] for r in csv.DictReader(f)}[refused[0]]
+    assert why == "op model not built (RuntimeError: quantizer: shape mismatch)"
