@@ -297,6 +297,19 @@ def test_cli_search_pareto_pick_round_trip(write_config, workdir: Path, capsys) 
     ]
     onnx_acc = float(np.mean(np.array(preds) == y.numpy()))
     assert abs(onnx_acc - report["metrics"]["accuracy"]) <= 0.005
+    # resumed with finish on, the search measures the members it left at the top rung
+    args = [
+        "search",
+        str(path),
+        "--resume",
+        "--no-progress",
+        "--set",
+        "search.fidelity.finish=true",
+    ]
+    assert main(args) == 0
+    assert "finishing the front" in capsys.readouterr().err
+    assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
+    assert {row["rung"] for row in json.loads(capsys.readouterr().out)} == {"full"}
 
 
 def test_malformed_config_names_the_field(tmp_path: Path, capsys) -> None:
