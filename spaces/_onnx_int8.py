@@ -114,12 +114,8 @@ def quantize_onnx_int8(
         qdq: write QDQ format (OpenVINO's) instead of QOperator (ONNX Runtime's).
     """
     import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationDataReader
 
     iterator = iter(feeds)
 
@@ -127,10 +123,25 @@ def quantize_onnx_int8(
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(iterator, None)
 
+    # its calibration sessions log graph clean-ups ([W:onnxruntime]) and, for a graph that
+    # cannot run, the failing node ([E:onnxruntime]) straight to the terminal; the error
+    # reaches the caller as the exception, so nothing is lost
+    onnxruntime.set_default_logger_severity(4)
+    try:
+        _quantize_static(src, dst, Reader(), exclude, qdq)
+    finally:
+        onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
+    onnx.save(keep_fp32_layers_fp32(onnx.load(str(dst)), onnx.load(str(src))), str(dst))
+
+
+def _quantize_static(src: Any, dst: Any, reader: Any, exclude: Sequence[str], qdq: bool) -> None:
+    """ONNX Runtime's static quantization with Frontier's settings (``quantize_onnx_int8``)."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
     quantize_static(
         str(src),
         str(dst),
-        Reader(),
+        reader,
         quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator,
         per_channel=True,
         reduce_range=saturating_int8_cpu(),
@@ -138,7 +149,6 @@ def quantize_onnx_int8(
         activation_type=QuantType.QUInt8,
         nodes_to_exclude=list(exclude),
     )
-    onnx.save(keep_fp32_layers_fp32(onnx.load(str(dst)), onnx.load(str(src))), str(dst))
 
 
 def keep_fp32_layers_fp32(quantized: Any, fp32: Any) -> Any:
