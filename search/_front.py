@@ -155,6 +155,15 @@ class Front:
         ]
         return pd.DataFrame(rows, columns=["trial", "run_id", "rung", *metrics])
 
+    def ruled_out(self) -> dict[int, int]:
+        """How many completed plans break a constraint, by the rung that judged them (their
+        highest): a plan ruled out at a cheap rung was never measured higher."""
+        out: dict[int, int] = {}
+        for rec in self.complete():
+            if rec.rung >= 0 and not self.feasible(rec.values()):
+                out[rec.rung] = out.get(rec.rung, 0) + 1
+        return dict(sorted(out.items()))
+
     def closest_miss(self) -> str:
         """When no completed plan meets every constraint: the constraint that came
         closest to holding (smallest violation relative to its bound) and the best value

@@ -135,8 +135,11 @@ def log_start(search: Any, backend: Any) -> None:
 def run_summary(search: Any) -> dict[str, float]:
     """What a run logs about itself at its end: failed trials, timing and the sampler's."""
     failed = sum(1 for r in search.records.values() if r.state == "failed")
+    rungs = search.evaluation.rungs
     return {
         "failed_trials": failed,
+        # plans a constraint ruled out, by the rung that judged them (their highest)
+        **{f"ruled_out_at_{rungs[r]}": float(n) for r, n in search.front.ruled_out().items()},
         **search.timing.summary(),
         **sampler_summary(search.study.sampler),
     }

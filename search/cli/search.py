@@ -94,6 +94,14 @@ def cmd_search(args: argparse.Namespace) -> int:
             f"of evaluation, this search's took {saved['evaluation_s']:.0f} s "
             + _saved(saved["promotion_saved_s"])
         )
+    ruled = search.front.ruled_out()
+    rungs = search.evaluation.rungs
+    if ruled and len(rungs) > 1:
+        print(
+            "ruled out by a constraint: "
+            + ", ".join(f"{n} at rung {rungs[r]}" for r, n in ruled.items())
+            + " (a plan ruled out below the top rung was not measured there)"
+        )
     miss = search.front.closest_miss()
     if miss:
         print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")

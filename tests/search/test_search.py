@@ -261,8 +261,12 @@ def test_cli_search_pareto_pick_round_trip(write_config, workdir: Path, capsys) 
     )
     assert main(["search", str(path), "--no-progress"]) == 0
     # what promotion saved: 12 trials at the short rung, a few measured at the full one
-    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("promotion:"))
+    out = capsys.readouterr().out.splitlines()
+    line = next(s for s in out if s.startswith("promotion:"))
     assert line.startswith("promotion: 12 trials, ") and "at the full rung" in line
+    # size_bytes <= 30000 rules plans out at the rung that scored them, said per rung
+    ruled = next(s for s in out if s.startswith("ruled out by a constraint: "))
+    assert " at rung short" in ruled
     assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
     front = json.loads(capsys.readouterr().out)
     assert front and all(row["size_bytes"] <= 30000 for row in front)
