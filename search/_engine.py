@@ -19,7 +19,7 @@ from ._config import Config
 from ._front import Front, SearchResult, TrialRecord, plan_key
 from ._log import logger, show_messages
 from ._pareto import Objective
-from ._promotion import Promotion
+from ._promotion import Promotion, finishing
 from ._samplers import ask_unique
 from ._storage import (
     GENERATION_ATTR,
@@ -263,8 +263,12 @@ class Search:
             for note in self.promotion.take_notes():
                 logger.info("promotion: %s", note)
             self.study.set_user_attr(PROMOTION_ATTR, self.promotion.state())
-        if final and not promotions:
-            promotions = self._finishing()
+        if final and not promotions and ACCURACY in self.evaluation.metrics:
+            promotions, note = finishing(
+                self.front, self.evaluation.rungs, self.config.search.fidelity.finish
+            )
+            if note:
+                logger.info(note)
         if promotions and final:
             return promotions
         self.generation += 1
@@ -272,30 +276,6 @@ class Search:
         self.study_store.flush()
         self._notify("on_generation", final)
         return promotions
-
-    def _finishing(self) -> list[tuple[int, int]]:
-        """The front members below the top rung, to be measured there before the search
-        returns (``search.fidelity.finish``); each goes up once (a failed promotion
-        counts as tried). Empty where the search has one rung or scores no accuracy."""
-        top = len(self.evaluation.rungs) - 1
-        if top == 0 or ACCURACY not in self.evaluation.metrics:
-            return []
-        below = [n for n in self.front.numbers() if top not in self.records[n].rungs]
-        if below and not self.config.search.fidelity.finish:
-            logger.info(
-                "%d front member(s) stopped below rung %r (search.fidelity.finish is off): "
-                "their accuracy is a cheaper rung's; `--resume --set "
-                "search.fidelity.finish=true` measures them there",
-                len(below), self.evaluation.rungs[top],
-            )  # fmt: skip
-            return []
-        if not below:
-            return []
-        logger.info(
-            "finishing the front: %d member(s) below rung %r are measured there",
-            len(below), self.evaluation.rungs[top],
-        )  # fmt: skip
-        return [(n, top) for n in below]
 
     # -- results ------------------------------------------------------------------------------
     def pareto_frame(self) -> pd.DataFrame:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -298,6 +298,27 @@ class SpreadPromotion(Promotion):
                 chosen = [waiting[int(i)] for i in np.unique(spread)]
             out += [(n, rung + 1) for n in chosen]
         return out
+
+
+def finishing(
+    front: Front, rung_names: Sequence[str], finish: bool
+) -> tuple[list[tuple[int, int]], str]:
+    """The front members below the top rung, to be measured there before the search
+    returns (``search.fidelity.finish``; each goes up once: a failed promotion counts as
+    tried), and what to say of them ("" for nothing). None where there is one rung, or
+    where ``finish`` is off (then the note names them)."""
+    top = len(rung_names) - 1
+    below = [n for n in front.numbers() if top not in front.records[n].rungs] if top else []
+    if not below:
+        return [], ""
+    if not finish:
+        return [], (
+            f"{len(below)} front member(s) stopped below rung {rung_names[top]!r} "
+            "(search.fidelity.finish is off): their accuracy is a cheaper rung's; "
+            "`--resume --set search.fidelity.finish=true` measures them there"
+        )
+    note = f"finishing the front: {len(below)} member(s) below rung {rung_names[top]!r}"
+    return [(n, top) for n in below], f"{note} are measured there"
 
 
 def _loosen(constraint: Constraint, slack: float, gap: float = 0.0) -> Constraint:
