@@ -139,6 +139,7 @@ class Search:
         self.front = Front(self.records, self.objectives, self.constraints)
         self.promotion.start(self.baseline)
         self.promotion.restore(self.study.user_attrs.get(PROMOTION_ATTR, {}))
+        self.front.allow(self.promotion.allowance(len(self.evaluation.rungs)))
         self.generation = int(self.study.user_attrs.get(GENERATION_ATTR, 0))
 
     # -- the loop ---------------------------------------------------------------------------
@@ -207,13 +208,15 @@ class Search:
                 else:
                     self._finish_trial(done.trial, done.job, outcome)
                     since_generation += 1
+            # a promotion still queued or running is not asked for twice
+            queued = set(promotions) | {
+                (p.number, int(p.job.rung)) for p in pending.values() if p.promotion
+            }
             if since_generation >= self.config.search.population:
                 since_generation = 0
-                # a promotion still queued or running is not asked for twice
-                queued = set(promotions) | {
-                    (p.number, int(p.job.rung)) for p in pending.values() if p.promotion
-                }
                 promotions += [p for p in self._generation() if p not in queued]
+            else:
+                promotions += [p for p in self._between() if p not in queued]
 
     def _ask(self, running: set[str]) -> tuple[Any, Job] | None:
         """A trial whose plan has not completed and is not running (see ``ask_unique``),
@@ -256,9 +259,24 @@ class Search:
         exported = rec.keep_export(rung, outcome.onnx, outcome.onnx_precision, outcome.export_error)
         self.timing.add(rung, outcome.wall_s, outcome.export_s if exported else 0.0)
 
+    def _promoting(self) -> bool:
+        return ACCURACY in self.evaluation.metrics and len(self.evaluation.rungs) > 1
+
+    def _between(self) -> list[tuple[int, int]]:
+        """Promotions the strategy wants before the generation's end (``between``)."""
+        if not self._promoting():
+            return []
+        promotions = self.promotion.between(self.front, len(self.evaluation.rungs))
+        notes = self.promotion.take_notes()
+        for note in notes:
+            logger.info("promotion: %s", note)
+        if promotions or notes:
+            self.study.set_user_attr(PROMOTION_ATTR, self.promotion.state())
+        return promotions
+
     def _generation(self, final: bool = False) -> list[tuple[int, int]]:
         promotions: list[tuple[int, int]] = []
-        if ACCURACY in self.evaluation.metrics and len(self.evaluation.rungs) > 1:
+        if self._promoting():
             promotions = self.promotion.select(self.front, len(self.evaluation.rungs))
             for note in self.promotion.take_notes():
                 logger.info("promotion: %s", note)

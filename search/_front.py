@@ -15,6 +15,9 @@ import pandas as pd
 from ._constraints import Constraint
 from ._pareto import Objective, hypervolume, pareto_mask
 
+#: the metric a cheap rung underestimates (``Front.allow``)
+ACCURACY = "accuracy"
+
 
 class JobExport(NamedTuple):
     """The model a job scored, as it came back: ONNX bytes and their precision, or why
@@ -88,6 +91,11 @@ class Front:
         objectives: the objectives, with directions.
         constraints: resolved (absolute) constraints; a trial that breaks one is not on
             the front.
+
+    A rung below the top is known to underrate accuracy once promotion has measured
+    how far it falls short of the top rung (``allow``): a plan measured only there is
+    judged with that shortfall added to its accuracy, not ruled out on a value the top
+    rung would raise. Its values on the front stay as measured.
     """
 
     def __init__(
@@ -99,6 +107,9 @@ class Front:
         self.records = records
         self.objectives = list(objectives)
         self.constraints = list(constraints)
+        #: rung -> the accuracy added to a plan measured there before the constraints
+        #: judge it (what that rung is learnt to fall short of the top rung by)
+        self.allowance: dict[int, float] = {}
         self._version = 0
         self._cache: dict[tuple[int, int | None], list[int]] = {}
 
@@ -107,7 +118,20 @@ class Front:
         self._version += 1
         self._cache.clear()
 
-    def feasible(self, values: Mapping[str, float]) -> bool:
+    def allow(self, allowance: Mapping[int, float]) -> None:
+        """Judge plans measured at each rung with ``allowance[rung]`` added to their
+        accuracy (``Promotion.allowance``); a rung not named is judged as measured."""
+        new = {int(r): float(a) for r, a in allowance.items() if a}
+        if new != self.allowance:
+            self.allowance = new
+            self.changed()
+
+    def feasible(self, values: Mapping[str, float], rung: int | None = None) -> bool:
+        """Whether ``values`` meet every constraint; ``rung``: the rung they were measured
+        at, whose allowance is added to accuracy first (None: judged as they are)."""
+        extra = self.allowance.get(rung, 0.0) if rung is not None else 0.0
+        if extra and ACCURACY in values:
+            values = {**values, ACCURACY: values[ACCURACY] + extra}
         return all(c.holds(values[c.objective]) for c in self.constraints)
 
     def complete(self) -> list[TrialRecord]:
@@ -126,7 +150,8 @@ class Front:
         if cache_key not in self._cache:
             unique: dict[str, TrialRecord] = {}
             for r in sorted(self.complete(), key=lambda r: r.number):
-                if (rung is None or r.rung >= rung) and self.feasible(r.values(rung)):
+                at = r.rung if rung is None else rung
+                if r.rung >= at and self.feasible(r.values(rung), at):
                     unique.setdefault(r.key, r)
             recs = list(unique.values())
             mask = pareto_mask(self.matrix(recs, rung), self.objectives)
@@ -157,10 +182,11 @@ class Front:
 
     def ruled_out(self) -> dict[int, int]:
         """How many completed plans break a constraint, by the rung that judged them (their
-        highest): a plan ruled out at a cheap rung was never measured higher."""
+        highest, with its allowance added): a plan ruled out at a cheap rung was never
+        measured higher."""
         out: dict[int, int] = {}
         for rec in self.complete():
-            if rec.rung >= 0 and not self.feasible(rec.values()):
+            if rec.rung >= 0 and not self.feasible(rec.values(), rec.rung):
                 out[rec.rung] = out.get(rec.rung, 0) + 1
         return dict(sorted(out.items()))
 
@@ -169,7 +195,8 @@ class Front:
         closest to holding (smallest violation relative to its bound) and the best value
         reached; '' when some plan is feasible or nothing completed."""
         done = [r.values() for r in self.complete()]
-        if not done or not self.constraints or any(self.feasible(v) for v in done):
+        judged = any(self.feasible(r.values(), r.rung) for r in self.complete())
+        if not done or not self.constraints or judged:
             return ""
         misses = []
         for c in self.constraints:
@@ -194,7 +221,7 @@ class Front:
                     "trial": n,
                     "state": rec.state,
                     "rung": rung_names[rec.rung] if rec.rung >= 0 else "",
-                    "feasible": bool(vals) and self.feasible(vals),
+                    "feasible": bool(vals) and self.feasible(vals, rec.rung),
                     "error": rec.error,
                     **vals,
                 }

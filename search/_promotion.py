@@ -10,11 +10,8 @@ from typing import Any
 import numpy as np
 
 from ._constraints import Constraint
-from ._front import Front
+from ._front import ACCURACY, Front
 from ._pareto import pareto_mask
-
-#: the metric a cheap rung underestimates
-ACCURACY = "accuracy"
 
 #: a rung whose probed plans gain more accuracy than this a rung up (75th percentile)
 #: is promoted from by that shortfall (below it: noise)
@@ -41,6 +38,17 @@ class Promotion(ABC):
 
     def restore(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Take back what ``state`` returned before an interruption."""
+
+    def between(self, front: Front, rungs: int) -> list[tuple[int, int]]:
+        """Promotions that should not wait for the generation's end, asked after every
+        finished evaluation; none by default."""
+        return []
+
+    def allowance(self, rungs: int) -> dict[int, float]:
+        """Rung -> the accuracy a plan measured there is judged with added (what the
+        strategy learnt that rung falls short of the top rung by; ``Front.allow``);
+        none by default: every rung is judged as measured."""
+        return {}
 
     @abstractmethod
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
@@ -73,6 +81,15 @@ class SpreadPromotion(Promotion):
     above (a plan a probe outscores at the cheap rung may still be what the top rung
     lacks): up to ``probes`` a generation and ``share`` of the rung's plans in all.
     ``notes`` says what was done and why.
+
+    The search need not wait a generation for this: once ``2 * probes`` compressed plans
+    are measured at a rung and none of them is feasible there, the probes go up at once
+    (``between``). Once a shortfall is learnt, plans measured at that rung are judged
+    with it added (``allowance``). Where the shortfall is larger than the accuracy
+    bound's margin (baseline minus bound), the rung cannot tell feasible plans from
+    infeasible ones: from then on each plan that, with the shortfall added, would join
+    the front a rung up is promoted as soon as it is measured, not at the generation's
+    end (within the same ``share`` of the rung's plans).
 
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
@@ -112,6 +129,8 @@ class SpreadPromotion(Promotion):
         self._probes: dict[int, list[int]] = {}
         #: rung -> the trials promoted off its front because they would join the next
         self._hoped: dict[int, list[int]] = {}
+        #: rungs whose shortfall is larger than the accuracy bound's margin
+        self._blind: set[int] = set()
 
     def start(self, baseline: Mapping[str, float]) -> None:
         self._baseline = dict(baseline)
@@ -121,23 +140,30 @@ class SpreadPromotion(Promotion):
             "shortfall": {str(r): g for r, g in self.shortfall.items()},
             "probes": {str(r): list(p) for r, p in self._probes.items()},
             "hoped": {str(r): list(p) for r, p in self._hoped.items()},
+            "blind": sorted(self._blind),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self.shortfall = {int(r): float(g) for r, g in state.get("shortfall", {}).items()}
         self._probes = {int(r): [int(n) for n in p] for r, p in state.get("probes", {}).items()}
         self._hoped = {int(r): [int(n) for n in p] for r, p in state.get("hoped", {}).items()}
+        self._blind = {int(r) for r in state.get("blind", [])}
 
-    def _candidates(self, front: Front, rung: int) -> Front:
-        """The front with its accuracy constraints loosened by ``slack`` and by the
-        shortfall learnt for ``rung``."""
-        gap = self.shortfall.get(rung, 0.0)
-        if not self.slack and not gap:
+    def allowance(self, rungs: int) -> dict[int, float]:
+        return {
+            rung: sum(self.shortfall.get(r, 0.0) for r in range(rung, rungs - 1))
+            for rung in range(rungs - 1)
+            if rung in self.shortfall
+        }
+
+    def _candidates(self, front: Front) -> Front:
+        """The front with its accuracy constraints loosened by ``slack`` (the shortfall
+        learnt for a rung is the front's own ``allowance``)."""
+        if not self.slack:
             return front
-        loose = [
-            _loosen(c, self.slack, gap) if c.objective == ACCURACY else c for c in front.constraints
-        ]
-        return Front(front.records, front.objectives, loose)
+        cs = front.constraints
+        loose = [_loosen(c, self.slack) if c.objective == ACCURACY else c for c in cs]
+        return _judged(front, loose)
 
     def _compressed(self, front: Front, number: int, rung: int) -> bool:
         """Whether a trial improves some objective other than accuracy on the baseline
@@ -152,21 +178,50 @@ class SpreadPromotion(Promotion):
                 return True
         return False
 
-    def _learn(self, front: Front, rung: int) -> list[tuple[int, int]]:
+    def _bounds(self, front: Front) -> list[Constraint]:
+        """The accuracy lower bounds, where adapting applies (else none)."""
+        if not (self.adapt and self._baseline and ACCURACY in self._baseline):
+            return []
+        return [c for c in front.constraints if c.objective == ACCURACY and c.op == ">="]
+
+    def _learn(self, front: Front, rung: int, early: bool = False) -> list[tuple[int, int]]:
         """Probe ``rung`` once where fewer than ``probes`` compressed plans are feasible
-        at it; once probes come back, promote from it by the shortfall they show."""
-        accuracy = [c for c in front.constraints if c.objective == ACCURACY and c.op == ">="]
+        at it (``early``: only once ``2 * probes`` are measured there and none is);
+        once probes come back, learn its shortfall."""
+        accuracy = self._bounds(front)
         if not accuracy:
             return []
         if rung not in self._probes:
+            if early and not self._hopeless(front, rung):
+                return []
             return self._probe(front, rung, accuracy)
+        self._gap(front, rung, accuracy)
+        return []
+
+    def _hopeless(self, front: Front, rung: int) -> bool:
+        """Whether ``2 * probes`` compressed plans are measured at ``rung`` and none of
+        them is feasible there: no need to wait for the generation's end to probe it."""
+        compressed = [
+            r
+            for r in front.complete()
+            if r.rung >= rung and self._compressed(front, r.number, rung)
+        ]
+        loose = self._candidates(front)
+        feasible = any(loose.feasible(r.values(rung), rung) for r in compressed)
+        return len(compressed) >= 2 * self.probes and not feasible
+
+    def _gap(self, front: Front, rung: int, accuracy: list[Constraint]) -> None:
+        """Once the probes of ``rung`` are back: the shortfall they show (75th
+        percentile of their gains a rung up), and whether it blinds the rung."""
+        if any(rung + 1 not in front.records[n].rungs for n in self._probes[rung]):
+            return  # some are still being measured (a failed one counts as back)
         gains = [
             r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
             for n in self._probes[rung]
             if ACCURACY in (r := front.records[n]).rungs.get(rung + 1, {})
         ]
         if not gains or rung in self.shortfall:
-            return []
+            return
         gap = float(np.percentile(gains, 75))
         if gap <= MIN_SHORTFALL:
             self.notes.append(
@@ -174,34 +229,41 @@ class SpreadPromotion(Promotion):
                 f"{len(gains)} probed plans: it is not what keeps plans off the front"
             )
             self.shortfall[rung] = 0.0
-            return []
+            return
         self.shortfall[rung] = gap
+        margin = min(self._baseline[ACCURACY] - c.bound for c in accuracy)
+        if gap > margin:
+            self._blind.add(rung)
+            self.notes.append(
+                f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
+                f"percentile of {len(gains)} probed plans), more than the accuracy bound's "
+                f"margin of {margin:.3f}, so it cannot tell feasible plans from infeasible "
+                f"ones: from now on a plan measured there is judged with {gap:.3f} added, "
+                f"and each that would then join rung {rung + 1}'s front goes up as soon as "
+                "it is measured"
+            )
+            return
         self.notes.append(
             f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
-            f"percentile of {len(gains)} probed plans): every front member at rung {rung} "
-            "within that of the accuracy bound is promoted"
+            f"percentile of {len(gains)} probed plans): plans measured there are judged with "
+            "that added, and every front member at the rung is promoted"
         )
-        return []
 
     def _probe(self, front: Front, rung: int, accuracy: list[Constraint]) -> list[tuple[int, int]]:
         """Where fewer than ``probes`` compressed plans are feasible at ``rung``: the
         most accurate compressed plans that miss only the accuracy bound there, to
         measure a rung up."""
-        candidates = self._candidates(front, rung)
+        candidates = self._candidates(front)
         feasible = sum(1 for n in candidates.numbers(rung) if self._compressed(front, n, rung))
         if feasible >= self.probes:
             return []
-        others = Front(
-            front.records,
-            front.objectives,
-            [c for c in front.constraints if c.objective != ACCURACY],
-        )
+        others = _judged(front, [c for c in front.constraints if c.objective != ACCURACY])
         near = [
             n
             for n in others.numbers(rung)
             if front.records[n].rung == rung
             and self._compressed(front, n, rung)
-            and not candidates.feasible(front.records[n].values(rung))
+            and not candidates.feasible(front.records[n].values(rung), rung)
         ]
         if not near:
             return []
@@ -229,7 +291,7 @@ class SpreadPromotion(Promotion):
         room = min(self.probes, math.ceil(self.share * plans) - len(hoped))
         if room <= 0:
             return []
-        loose = self._candidates(front, rung)
+        loose = self._candidates(front)
         above = front.matrix([front.records[n] for n in front.numbers(rung + 1)], rung + 1)
         measured = {r.key for r in done if r.rung > rung}
         hopes: dict[str, tuple[float, int]] = {}
@@ -237,7 +299,7 @@ class SpreadPromotion(Promotion):
             if rec.rung != rung or rec.number in chosen or rec.number in hoped:
                 continue
             values = rec.values(rung)
-            if rec.key in measured or rec.key in hopes or not loose.feasible(values):
+            if rec.key in measured or rec.key in hopes or not loose.feasible(values, rung):
                 continue
             if not self._compressed(front, rec.number, rung):
                 continue
@@ -257,19 +319,33 @@ class SpreadPromotion(Promotion):
             )
         return [n for _, n in best]
 
+    def _learn_all(self, front: Front, rungs: int, early: bool) -> dict[int, list[tuple[int, int]]]:
+        """Probe or learn every rung below the top (see ``_learn``); the front is then
+        judged with what was learnt (``allowance``). Returns the probes, by rung."""
+        probes = {rung: self._learn(front, rung, early) for rung in range(rungs - 1)}
+        front.allow(self.allowance(rungs))
+        return {rung: p for rung, p in probes.items() if p}
+
+    def between(self, front: Front, rungs: int) -> list[tuple[int, int]]:
+        probes = self._learn_all(front, rungs, early=True)
+        out = [p for ps in probes.values() for p in ps]
+        for rung in sorted(self._blind):
+            if rung < rungs - 1 and rung not in probes:
+                out += [(n, rung + 1) for n in self._hopefuls(front, rung, set())]
+        return out
+
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         out = []
         first = front.objectives[0].name
         by = {o.name: o for o in front.objectives}
         if self.toward is not None and self.toward not in by:
             raise ValueError(f"toward: {self.toward!r} is not an objective; one of {list(by)}")
+        probes = self._learn_all(front, rungs, early=False)
         for rung in range(rungs - 1):
-            if self.adapt and ACCURACY in by and self._baseline:
-                probes = self._learn(front, rung)
-                if probes:
-                    out += probes
-                    continue
-            candidates = self._candidates(front, rung)
+            if rung in probes:
+                out += probes[rung]
+                continue
+            candidates = self._candidates(front)
             members = candidates.numbers(rung)
             quota = math.ceil(self.share * len(members))
             # probes were extra: they do not use up the rung's quota
@@ -321,10 +397,15 @@ def finishing(
     return [(n, top) for n in below], f"{note} are measured there"
 
 
-def _loosen(constraint: Constraint, slack: float, gap: float = 0.0) -> Constraint:
-    """``constraint`` (absolute) with its bound moved ``slack`` of itself, and then
-    ``gap`` more, towards looser."""
+def _loosen(constraint: Constraint, slack: float) -> Constraint:
+    """``constraint`` (absolute) with its bound moved ``slack`` of itself towards looser."""
     factor = 1 - slack if constraint.op == ">=" else 1 + slack
     bound = constraint.bound * factor if constraint.bound >= 0 else constraint.bound / factor
-    bound += -gap if constraint.op == ">=" else gap
     return Constraint(constraint.objective, constraint.op, bound)
+
+
+def _judged(front: Front, constraints: list[Constraint]) -> Front:
+    """``front``'s records under other constraints, with the same allowances."""
+    other = Front(front.records, front.objectives, constraints)
+    other.allow(front.allowance)
+    return other

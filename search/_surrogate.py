@@ -335,7 +335,7 @@ class SurrogateSampler(BaseSampler, SearchAware):
         members = [
             [rec.rungs[0][o.name] for o in objectives]
             for rec in search.records.values()
-            if rec.state == "complete" and 0 in rec.rungs and search.front.feasible(rec.rungs[0])
+            if rec.state == "complete" and 0 in rec.rungs and search.front.feasible(rec.rungs[0], 0)
         ]
         members += [[v[o.name] for o in objectives] for v in self._pending.values()]
         front = (
@@ -349,7 +349,7 @@ class SurrogateSampler(BaseSampler, SearchAware):
             base,
         )
         scores = improvement(front, cand)
-        feasible = np.array([search.front.feasible(r) for r in rows])
+        feasible = np.array([search.front.feasible(r, 0) for r in rows])
         return np.where(feasible, scores, scores - 1e6)
 
     def _candidates(

@@ -100,7 +100,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(
             "ruled out by a constraint: "
             + ", ".join(f"{n} at rung {rungs[r]}" for r, n in ruled.items())
-            + " (a plan ruled out below the top rung was not measured there)"
+            + " (a plan ruled out below the top rung was not measured there"
+            + "".join(
+                f"; rung {rungs[r]} judged with its learnt shortfall of {a:.3f} added"
+                for r, a in search.front.allowance.items()
+            )
+            + ")"
         )
     miss = search.front.closest_miss()
     if miss:

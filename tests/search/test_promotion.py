@@ -209,3 +209,58 @@ def test_plans_sent_up_on_hope_are_capped_by_the_share(share: float, sent: list[
     # sent up once is enough (with 0.1, trial 8 still waits: the share is spent)
     assert promotion.select(front, rungs=2) == []
     assert json.loads(json.dumps(promotion.state()))["hoped"] == {"0": sent}
+
+
+def _blind_front(plans: int) -> Front:
+    """The uncompressed plan (trial 0) and ``plans`` compressed plans that rung 0 scores
+    0.2-0.3 below the bound of 0.765 (the baseline's 0.80 less 0.035); the last scores
+    0.40, hopeless even a rung up."""
+    short = {0: (0.80, 100.0)}
+    short.update({n: (0.55 - 0.01 * n, 90.0 - 8 * n) for n in range(1, plans + 1)})
+    short[plans] = (0.40, short[plans][1])
+    records = {
+        n: TrialRecord(n, {}, {"n": n}, "complete", rungs={0: {"accuracy": a, "size_bytes": b}})
+        for n, (a, b) in short.items()
+    }
+    return Front(records, [ACC, SIZE], [Constraint("accuracy", ">=", 0.765)])
+
+
+def test_a_rung_that_rules_out_every_compressed_plan_is_probed_before_the_generation_ends() -> None:
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    # five compressed plans, all infeasible at rung 0: too few to judge the rung yet
+    assert promotion.between(_blind_front(5), rungs=2) == []
+    # six (twice the probes): the three most accurate go up at once
+    front = _blind_front(6)
+    assert sorted(promotion.between(front, rungs=2)) == [(1, 1), (2, 1), (3, 1)]
+    assert "to learn how far rung 0 falls short" in promotion.take_notes()[0]
+    assert promotion.between(front, rungs=2) == []  # probed once
+
+
+def test_a_rung_blind_to_the_bound_judges_its_plans_with_the_gap_and_sends_them_up() -> None:
+    """Rung 0 falls 0.30 short of rung 1, against a margin of 0.035 below the baseline:
+    it cannot separate feasible plans from infeasible ones. Its plans are judged with the
+    shortfall added (not ruled out), and those that would join rung 1's front go up
+    as they arrive, without waiting for the generation."""
+    front = _blind_front(8)
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    probes = promotion.between(front, rungs=2)
+    promotion.take_notes()
+    assert front.ruled_out() == {0: 8}  # before the gap is known: every plan fails
+    for n, _ in probes:
+        front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + 0.30}
+    front.changed()
+    sent = promotion.between(front, rungs=2)
+    note = promotion.take_notes()
+    assert "more than the accuracy bound's margin of 0.035" in note[0]
+    assert "cannot tell feasible plans from infeasible ones" in note[0]
+    assert front.allowance == {0: pytest.approx(0.30)}
+    # 4-7 score 0.51-0.48 at rung 0: 0.78-0.81 with the gap, smaller than every probe
+    assert sent and all(n >= 4 for n, _ in sent) and all(r == 1 for _, r in sent)
+    assert front.ruled_out() == {0: 1}  # trial 8: 0.40 + 0.30 still misses
+    assert {4, 5, 6, 7} <= set(front.numbers())  # feasible as far as rung 0 can tell
+    # a resumed search judges the front the same way
+    again = SpreadPromotion(share=0.5)
+    again.restore(json.loads(json.dumps(promotion.state())))
+    assert again.allowance(2) == promotion.allowance(2)
