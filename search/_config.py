@@ -48,6 +48,10 @@ class TaskSection(_Section):
     options: dict[str, Any] = Field(default_factory=dict)
     #: stop before searching when the baseline scores about what chance does
     check_baseline: bool = True
+    #: a state dict (``torch.save``) loaded into the task's baseline model, which is then
+    #: the teacher and the model compressed: e.g. the weights a search saved for the
+    #: trial that beat an under-trained baseline (``teacher-NAME-trial-N.pt``)
+    teacher: str | None = None
 
 
 class CarbonSection(_Section):

@@ -30,7 +30,7 @@ from ._storage import (
     search_folders,
     writable,
 )
-from ._trials import ACCURACY, TrialRunner
+from ._trials import ACCURACY, TrialRunner, uncompressed
 from ._view import SearchAware
 
 
@@ -250,7 +250,7 @@ def under_trained(evaluation: TrialRunner, plan: Mapping[str, Any], rung: int, v
     name = evaluation.rungs[rung]
     base = evaluation.teacher_accuracy()
     n = evaluation.validation_size()
-    if name == "proxy" or not _uncompressed(plan) or not 0 <= base <= 1 or not n:
+    if name == "proxy" or not uncompressed(plan) or not 0 <= base <= 1 or not n:
         return ""
     noise = max(2 * math.sqrt(max(base * (1 - base), 1e-4) / n), 0.005)
     if value - base <= noise:
@@ -258,21 +258,8 @@ def under_trained(evaluation: TrialRunner, plan: Mapping[str, Any], rung: int, v
     return (
         f"the uncompressed model fine-tuned at the {name} rung scores {ACCURACY} {value:.4f} "
         f"against the baseline's {base:.4f} (noise about {noise:.3f}): the baseline is "
-        "under-trained, which matters more than any compression. Train it longer, or use "
-        "that trial's model as the teacher (frontier pick), then search again"
-    )
-
-
-def _uncompressed(plan: Mapping[str, Any]) -> bool:
-    """``plan`` (a plan's dict) leaves the model as it is, distillation aside."""
-    return (
-        not any(plan.get("prune", {}).values())
-        and all(b >= 32 for b in plan.get("weight_bits", {}).values())
-        and all(b >= 32 for b in plan.get("act_bits", {}).values())
-        and not any(plan.get("sparsity", {}).values())
-        and plan.get("student") is None
-        and plan.get("activation") is None
-        and not any(plan.get("techniques", {}).values())
+        "under-trained, which matters more than any compression. Train it longer, or "
+        "search again with that trial's model as the teacher"
     )
 
 

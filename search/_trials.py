@@ -4,6 +4,7 @@ the devices' latency models, built from a config (in the driver and in each work
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import time
 import warnings
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from frontier.evaluators import MetricKey
@@ -54,6 +56,22 @@ class TrialResult:
     export_s: float = 0.0
     node: str = ""
     device: str = ""
+    #: the fine-tuned weights (``torch.save`` of the state dict) of an uncompressed plan
+    #: at a training rung: the better teacher, where it beats an under-trained baseline
+    weights: bytes | None = field(default=None, repr=False)
+
+
+def uncompressed(plan: Mapping[str, Any]) -> bool:
+    """``plan`` (a plan's dict) leaves the model as it is, distillation aside."""
+    return (
+        not any(plan.get("prune", {}).values())
+        and all(b >= 32 for b in plan.get("weight_bits", {}).values())
+        and all(b >= 32 for b in plan.get("act_bits", {}).values())
+        and not any(plan.get("sparsity", {}).values())
+        and plan.get("student") is None
+        and plan.get("activation") is None
+        and not any(plan.get("techniques", {}).values())
+    )
 
 
 @contextlib.contextmanager
@@ -116,6 +134,10 @@ class TrialRunner:
         threads = config.backend.threads_per_trial
         with use_accelerator(self.accelerator), _torch_threads(threads):
             self.teacher, self.example = task_baseline(self.task, config.task.name)
+        if config.task.teacher:
+            from frontier.experiments import load_weights
+
+            load_weights(self.teacher, Path(config.task.teacher).expanduser())
         self.metrics = config.metric_names()
         self.rungs = list(config.search.fidelity.rungs)
         self._teacher_accuracy: float | None = None
@@ -207,10 +229,12 @@ class TrialRunner:
         metrics: list[str] | None = None,
         *,
         export: bool = False,
+        weights: bool = False,
     ) -> TrialResult:
         """Score ``plan`` at ``rung`` on ``metrics`` (default: every metric of the config);
         with ``export``, also the model the accuracy was measured on as ONNX bytes (what
-        the search writes for a front member, without fine-tuning it again).
+        the search writes for a front member, without fine-tuning it again); with
+        ``weights``, also its state dict (``TrialResult.weights``).
 
         Raises:
             EvaluationError: an evaluator failed or gave a value that is not finite.
@@ -235,6 +259,10 @@ class TrialRunner:
         values = {n: values[n] for n in names}
         result = TrialResult(values, fidelity, details, time.perf_counter() - start)
         result.device = self.accelerator.describe()
+        if weights and candidate.scored is not None:
+            buffer = io.BytesIO()
+            torch.save(candidate.scored.state_dict(), buffer)
+            result.weights = buffer.getvalue()
         if export and candidate.scored is not None:
             start = time.perf_counter()
             try:
@@ -260,12 +288,14 @@ class TrialRunner:
         named fidelity measure every metric, a promotion only what the rung changes
         (accuracy); the scored model comes back as ONNX where ``exports_in_job``. Torch
         runs on ``backend.threads_per_trial`` threads meanwhile."""
+        trains = ACCURACY in self.metrics and self.fidelity(rung) != "proxy"
         with _torch_threads(self.config.backend.threads_per_trial):
             return self.evaluate(
                 self.plan(plan),
                 rung,
                 None if rung == 0 or isinstance(rung, str) else [ACCURACY],
                 export=self.exports_in_job(rung),
+                weights=trains and uncompressed(plan),
             )
 
     def scored_model(self, plan: CompressionPlan, rung: int) -> nn.Module:

@@ -112,6 +112,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")
     for note in search.evaluation.notes:
         print(f"note: {note}")
+    if search.watch.teacher_file is not None:
+        print(
+            "continue with the better model as the teacher: frontier search "
+            f"{args.config} --set task.teacher={search.watch.teacher_file}"
+        )
     return 0
 
 

@@ -3,6 +3,7 @@ chance-level baseline stops the search with a message instead of a meaningless f
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -125,6 +126,22 @@ def test_an_under_trained_baseline_is_named_once(write_config, capsys) -> None:
     said = "the baseline is under-trained"
     assert err.count(said) == 1 and "Train it longer" in err, err
     assert said in out  # the summary's note
+    # one command continues with that trial's fine-tuned model as the teacher
+    line = next(s for s in out.splitlines() if s.startswith("continue with the better model"))
+    command = line.split(": ", 1)[1].split()
+    assert command[:3] == ["frontier", "search", str(path)] and command[3] == "--set"
+    teacher = Path(command[4].removeprefix("task.teacher="))
+    assert teacher.is_file()
+    assert main([*command[1:], "--trials", "2", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    before = float(re.search(r"accuracy (0\.\d+) against the baseline's (0\.\d+)", out)[2])
+    after = float(re.search(r"baseline \(the uncompressed model\): .*accuracy (0\.\d+)", err)[1])
+    assert after > before + 0.05  # the better model is now the baseline and the teacher
+    assert said not in err
+    # a teacher file that is not there is one line naming it
+    assert main([*command[1:4], "task.teacher=gone.pt", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "gone.pt does not exist" in err and "Traceback" not in err
 
 
 def test_a_trained_baseline_gets_no_hint(write_config, capsys) -> None:
