@@ -105,6 +105,7 @@ class DeviceMeta:
         derived_from: the device whose rows a derived device reuses.
         offload_device: where unsupported ops run.
         transfer_gbps: bandwidth to the offload device.
+        noise_pct, noise_models: see ``noise_band``.
         extra: every other key of the metadata file, kept as read.
     """
 
@@ -124,7 +125,22 @@ class DeviceMeta:
     derived_from: str | None = None
     offload_device: str | None = None
     transfer_gbps: float | None = None
+    #: how well its whole models timed twice agreed when it was built (90th percentile
+    #: of the difference, percent; ``noise_models`` of them): below that, no difference
+    #: on this device is real
+    noise_pct: float | None = None
+    noise_models: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def noise_band(self) -> str:
+        """What its noise means to a reader ("" where it was not measured)."""
+        if self.noise_pct is None:
+            return ""
+        return (
+            f"differences under {self.noise_pct:.1f}% on {self.device or 'this device'} are "
+            f"within its noise ({self.noise_models} whole models timed twice when its table "
+            "was built agreed that closely, 90th percentile)"
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceMeta:

@@ -339,6 +339,8 @@ class MlflowCallback(Callback):
     def _start_parent(self, search: SearchView) -> str:
         from importlib.metadata import version
 
+        from ._results import noise_bands
+
         cfg, evaluation = search.config, search.evaluation
         tables = {n: t.content_hash for n, t in evaluation.tables.items()}
         as_dicts = [{"name": o.name, "direction": o.direction} for o in search.objectives]
@@ -369,6 +371,7 @@ class MlflowCallback(Callback):
                 Tag.HV_NORMALISATION: "minimize: value/baseline; maximize: 1 - value/baseline",
                 Tag.BASELINE: json.dumps(search.baseline),
                 Tag.DEVICE_TABLES: json.dumps(tables),
+                Tag.NOISE_BANDS: json.dumps(noise_bands(evaluation.tables)),
                 Tag.NOTES: json.dumps(evaluation.notes),
             },
         )

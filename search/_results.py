@@ -8,6 +8,7 @@ import fnmatch
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,10 @@ def register_model(uri: str, run_id: str, onnx_path: Path, name: str, alias: str
     version = str(info.registered_model_version)
     MlflowClient(tracking_uri=uri).set_registered_model_alias(name, alias, version)
     return {"name": name, "version": version, "alias": alias}
+
+
+def noise_bands(tables: Mapping[str, Any]) -> dict[str, str]:
+    """Device -> what the noise its table measured of itself means (``noise_band``), for
+    the tables that measured it."""
+    bands = {name: t.device_meta.noise_band() for name, t in tables.items()}
+    return {name: band for name, band in bands.items() if band}

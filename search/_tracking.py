@@ -45,6 +45,8 @@ class Tag:
     HV_NORMALISATION = "frontier.hv_normalisation"
     BASELINE = "frontier.baseline"
     DEVICE_TABLES = "frontier.device_tables"
+    #: device -> what its table's own noise means to a reader (``DeviceMeta.noise_band``)
+    NOISE_BANDS = "frontier.noise_bands"
     NOTES = "frontier.notes"
     #: why a front member has no ONNX model (its export failed)
     EXPORT_ERROR = "frontier.export_error"

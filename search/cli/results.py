@@ -164,6 +164,11 @@ def cmd_pick(args: argparse.Namespace) -> int:
     test = row.get(TEST_METRIC)
     if test is not None and test == test:  # measured at the end of the search (not NaN)
         report[TEST_METRIC] = float(test)
+    bands = json.loads(parent.data.tags.get(Tag.NOISE_BANDS, "{}"))
+    if bands:
+        report["latency_noise"] = bands
+        for band in bands.values():
+            print(f"note: {band}", file=sys.stderr)
     deployed = deploy_picked(files["model.onnx"], report["metrics"])
     report["files"].update({k: str(v) for k, v in deployed.items()})
     if not args.no_measure:

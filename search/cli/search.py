@@ -11,6 +11,7 @@ from frontier.latency_models.runner import at_least
 from .._config import parse_overrides
 from .._engine import Search
 from .._registries import backend_names
+from .._results import noise_bands
 from ._common import CONFIG_HELP, add_tracking_uri, load
 
 
@@ -107,6 +108,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             )
             + ")"
         )
+    for band in noise_bands(search.evaluation.tables).values():
+        print(f"latency: {band}")
     miss = search.front.closest_miss()
     if miss:
         print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")

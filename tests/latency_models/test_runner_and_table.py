@@ -264,3 +264,21 @@ def test_runner_is_one_standalone_file(bundle, tmp_path) -> None:
     rows = list(csv.DictReader((tmp_path / "pi.csv").open()))
     assert len(rows) == len(manifest["models"])
     assert all(float(r["median_ms"]) > 0 for r in rows)
+
+
+def test_a_table_times_some_whole_models_twice_and_keeps_its_noise(measured, store) -> None:
+    """The second pass comes after every other chunk; the table keeps how well the two
+    agreed, and says what that means (what `lut validate`, a search and `pick` print)."""
+    out, manifest = measured
+    meta = json.loads((out.parent / "table.csv.meta.json").read_text())
+    whole = [m for m in manifest["models"] if m["kind"] in ("calibration", "validation")]
+    assert meta["noise_models"] == min(len(whole), 24) >= 4
+    assert 0 <= meta["noise_pct"] < 100 and 0 <= meta["noise_within_10pct"] <= 1
+    table = store.import_table(out, name="noisy")
+    band = store.load("noisy").device_meta.noise_band()
+    assert table.device_meta.noise_pct == meta["noise_pct"]
+    assert f"differences under {meta['noise_pct']:.1f}% on " in band and "timed twice" in band
+    # every row is still one model, timed once: the second pass adds no row
+    ids = [r["model_id"] for r in csv.DictReader(out.open())]
+    assert len(ids) == len(set(ids)) == len(manifest["models"])
+    assert DeviceMeta().noise_band() == ""  # a table that did not measure it says nothing
