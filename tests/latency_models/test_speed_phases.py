@@ -116,3 +116,59 @@ def test_a_measured_table_states_its_rows_against_the_uncompressed_model(mlp_set
     assert est.latency_ms == base.median_ms and est.measured_at == table.meta["date"]
     pruned = next(p for p in (space.sample(s) for s in range(50)) if any(p.prune.values()))
     assert latency.predict(model, pruned).measured_at == ""
+
+
+class _Retimer:
+    """Times a chunk again as a device back at its usual speed would: the baseline at
+    1.01 ms, each model at ``ms``."""
+
+    zf = None
+
+    def __init__(self, ms: float) -> None:
+        self.ms, self.chunks = ms, 0
+
+    def time(self, chunk, chunk_no, reference, *, profile=True):
+        self.chunks += 1
+        assert not profile  # a chunk timed again profiles nothing twice
+        rows = [
+            {"model_id": m["id"], "key": m["id"], "kind": "calibration", "status": "ok",
+             "median_ms": self.ms, "baseline_ms": 1.01, "relative": self.ms / 1.01}
+            for m in chunk
+        ]  # fmt: skip
+        return rows, reference
+
+
+def test_chunks_timed_while_the_device_drifted_are_timed_again(tmp_path: Path, capsys) -> None:
+    import zipfile
+
+    bundle = tmp_path / "ops.zip"
+    zipfile.ZipFile(bundle, "w").close()
+    out = tmp_path / "table.csv"
+    ran, rows = [], []
+    for no, base in enumerate([1.0, 1.02, 1.5, 0.98, 0.99]):  # chunk 2 ran 50% slow
+        chunk = [{"id": f"c{no}m{i}"} for i in range(3)]
+        ran.append((base, chunk))
+        rows += [
+            {"model_id": m["id"], "key": m["id"], "kind": "calibration", "status": "ok",
+             "median_ms": 0.5 * base, "baseline_ms": base}
+            for m in chunk
+        ]  # fmt: skip
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=runner.COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    reference = {"id": "baseline", "key": "baseline"}
+    noise = {"noise_pct": 3.0}
+    retimer = _Retimer(0.505)
+    kept = runner._redo_drifted(retimer, bundle, out, ran, reference, noise, budget_s=60)
+    assert kept == {"drifted_chunks": 1, "redone_chunks": 1} and retimer.chunks == 1
+    assert "drifted while this table was built: 1 of 5 chunks" in capsys.readouterr().err
+    after = {r["model_id"]: r for r in csv.DictReader(out.open())}
+    assert len(after) == 15
+    assert all(float(after[f"c2m{i}"]["baseline_ms"]) == 1.01 for i in range(3))
+    assert float(after["c0m0"]["median_ms"]) == 0.5  # the steady chunks are kept
+    # no time left: said, not timed again
+    retimer = _Retimer(0.505)
+    ran[2] = (1.5, ran[2][1])
+    kept = runner._redo_drifted(retimer, bundle, out, ran, reference, noise, budget_s=0)
+    assert kept == {"drifted_chunks": 1, "redone_chunks": 0} and retimer.chunks == 0
