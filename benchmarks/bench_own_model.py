@@ -68,7 +68,7 @@ def main() -> None:
     first_trial_s = None if resume else _first_trial_s(journal, launched)
     rows = json.loads(_frontier(["pareto", "--format", "json", "--all"], workdir))
     text = log.read_text()
-    line = next(s for s in reversed(text.splitlines()) if "frontier: baseline" in s)
+    line = next(s for s in reversed(text.splitlines()) if "frontier: baseline (the uncomp" in s)
     baseline = dict(
         (k, float(v)) for k, v in (p.rsplit(" ", 1) for p in line.split(": ", 2)[2].split(", "))
     )

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,7 @@ from frontier.spaces import (
     kept_channels,
 )
 
-from ._templates import OpTemplate, Templates
+from ._templates import Expr, OpTemplate, Templates
 
 
 @dataclass(frozen=True)
@@ -175,19 +174,84 @@ def instantiate(
     t: OpTemplate, keep: dict[str, int], precision: str, sparsity: float = 0.0
 ) -> OpSpec:
     """The concrete op a template becomes under kept channel counts ``keep``."""
+    return _at_counts(t, tuple(e.value(keep) for e in _exprs(t)), precision, sparsity)
+
+
+#: a channel Concat of more inputs than this is priced by its output's size: its inputs'
+#: widths are a fixed split of it (a dense block's concat of every earlier layer would
+#: otherwise be a distinct op for each of 2**layers plans; what it costs is the copy)
+CONCAT_BY_SIZE = 3
+
+
+def _by_size(t: OpTemplate) -> bool:
+    if t.op_type != "Concat" or len(t.inputs) <= CONCAT_BY_SIZE or not t.output.shape:
+        return False
+    rank = len(t.output.shape)
+    axis = int(dict(t.attrs).get("axis", 1)) % rank
+    channel = t.output.axis if t.output.axis is not None else (rank - 1 if rank == 3 else 1)
+    return axis == channel and all(x.axis == t.output.axis for x in t.inputs)
+
+
+def _exprs(t: OpTemplate) -> list[Expr]:
+    """What a template's shapes depend on: each input's channels (none for a Concat
+    priced by size), the output's, and the conv's groups (in that order;
+    ``_at_counts`` reads them so)."""
+    return [
+        *(() if _by_size(t) else (x.channels for x in t.inputs)),
+        t.output.channels,
+        t.groups if t.groups is not None else Expr((), 1),
+    ]
+
+
+def _split_like(t: OpTemplate, total: int) -> list[int]:
+    """A Concat's input widths for an output of ``total`` channels: its unpruned inputs'
+    shares of it (the last takes the rounding), at least 1 each."""
+    widths = [x.with_channels(0) for x in t.inputs]
+    axis = next(i for i, d in enumerate(widths[0]) if d == 0)
+    full = [x.shape[axis] for x in t.inputs]
+    out = [max(1, total * f // sum(full)) for f in full[:-1]]
+    return [*out, max(1, total - sum(out))]
+
+
+def _at_counts(
+    t: OpTemplate, counts: tuple[int, ...], precision: str, sparsity: float = 0.0
+) -> OpSpec:
+    """The op ``t`` becomes where its channel expressions (``_exprs``) take ``counts``."""
+    if _by_size(t):
+        counts = (*_split_like(t, counts[0]), *counts)
+    n = len(t.inputs)
     return OpSpec(
         op_type=t.op_type,
         fused=t.fused,
-        input_shapes=tuple(x.at(keep) for x in t.inputs),
-        output_shape=t.output.at(keep),
+        input_shapes=tuple(x.with_channels(c) for x, c in zip(t.inputs, counts, strict=False)),
+        output_shape=t.output.with_channels(counts[n]),
         attrs=t.attrs,
         kernel=t.weight_kernel,
-        groups=t.groups.value(keep) if t.groups is not None else 1,
+        groups=counts[n + 1],
         precision=precision,
         act_attrs=t.act_attrs,
         consts=t.consts,
         sparsity=sparsity,
     )
+
+
+def _distinct_counts(exprs: list[Expr], choices: Mapping[str, list[int]]) -> set[tuple[int, ...]]:
+    """Every distinct tuple of values ``exprs`` take over the kept-channel choices of the
+    groups they read. Partial sums are merged group by group, so the work grows with the
+    distinct values, not with the plans: an op fed by a concat of 24 pruned layers (a
+    dense block) has a few dozen input widths, not 2**24 plans."""
+    names = sorted({g for e in exprs for g in e.groups})
+    states: set[tuple[int, ...]] = {tuple(0 for _ in exprs)}
+    for g in names:
+        mults = [dict(e.terms).get(g, 0) for e in exprs]
+        states = {
+            tuple(s + m * k for s, m in zip(state, mults, strict=True))
+            for state in states
+            for k in choices[g]
+        }
+    return {
+        tuple((e.const + s) // e.div for e, s in zip(exprs, state, strict=True)) for state in states
+    }
 
 
 #: An INT8 kernel whose fused residual Add runs in FP32: its other input comes in FP32, so
@@ -419,11 +483,9 @@ def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
     for graph in (templates, *templates.variants.values()):
         precisions = _precisions(graph, space)
         for t, options in zip(graph.ops, precisions, strict=True):
-            names = t.group_names
-            for combo in itertools.product(*(choices[n] for n in names)):
-                keep = dict(zip(names, combo, strict=True))
+            for counts in sorted(_distinct_counts(_exprs(t), choices)):
                 for precision in options:
-                    spec = instantiate(t, keep, precision)
+                    spec = _at_counts(t, counts, precision)
                     found = [spec]
                     if precision == "int8":
                         found.append(boundary_spec(DEQUANTIZE, spec.output_shape))
@@ -439,6 +501,27 @@ def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
 
 #: ops whose constant inputs are int64 (shapes, axes, repeats); a Reduce op's axes too
 _INT_CONST_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Expand", "Tile")
+
+#: ops whose constant inputs broadcast against their data (a bias, a layer scale, a
+#: LayerNorm's scale): a pruned plan changes the channel dimension they are sized by
+_CHANNEL_CONST_OPS = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "LayerNormalization",
+    "BatchNormalization",
+    "PRelu",
+)
+
+
+def _fit_const(dims: tuple[int, ...], data: tuple[int, ...]) -> tuple[int, ...]:
+    """``dims`` of a constant that broadcasts against a tensor of shape ``data``, with
+    each dimension that is neither 1 nor ``data``'s (right-aligned) made ``data``'s."""
+    if len(dims) > len(data):
+        return dims
+    tail = data[len(data) - len(dims) :]
+    return tuple(d if d in (1, t) else t for d, t in zip(dims, tail, strict=True))
 
 
 def build_onnx(spec: OpSpec, *, seed: int = 0, opset: int = 17) -> Any:
@@ -527,6 +610,13 @@ def _weightless_inputs(spec: OpSpec, rng: np.random.Generator, inits: list[Any])
             array = np.array(spec.output_shape, dtype=np.int64)
         elif spec.op_type in _INT_CONST_OPS or (spec.op_type.startswith("Reduce") and pos == 1):
             array = array.astype(np.int64)
+        elif spec.input_shapes and spec.op_type in _CHANNEL_CONST_OPS:
+            data = spec.input_shapes[0]
+            if spec.op_type == "BatchNormalization" and len(data) > 1:
+                data = data[1:2]  # its scale, bias, mean and variance: one per channel
+            fitted = _fit_const(array.shape, data)
+            if fitted != array.shape:  # a pruned plan's channels: its constant follows
+                array = (1.0 + rng.standard_normal(fitted) * 0.1).astype(np.float32)
         inits.append(numpy_helper.from_array(array, name))
         while len(main_inputs) < pos:
             main_inputs.append("")

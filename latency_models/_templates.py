@@ -28,26 +28,41 @@ _SKIP = {"Identity", "Constant", "Shape", "Gather", "Unsqueeze", "Dropout"}
 
 @dataclass(frozen=True)
 class Expr:
-    """An affine channel count: sum of multiplier x kept channels of a group, plus const."""
+    """An affine channel count: sum of multiplier x kept channels of a group, plus const,
+    over ``div`` (a channel axis split into ``div`` equal parts: a channel shuffle)."""
 
     terms: tuple[tuple[str, int], ...] = ()
     const: int = 0
+    div: int = 1
 
     @staticmethod
     def of_group(name: str) -> Expr:
         return Expr(((name, 1),), 0)
 
+    def _over(self, div: int) -> Expr:
+        """The same count written over ``div`` (a multiple of this one's)."""
+        k = div // self.div
+        return Expr(tuple((g, m * k) for g, m in self.terms), self.const * k, div)
+
     def __add__(self, other: Expr) -> Expr:
-        merged: dict[str, int] = dict(self.terms)
-        for g, m in other.terms:
+        div = math.lcm(self.div, other.div)
+        a, b = self._over(div), other._over(div)
+        merged: dict[str, int] = dict(a.terms)
+        for g, m in b.terms:
             merged[g] = merged.get(g, 0) + m
-        return Expr(tuple(sorted(merged.items())), self.const + other.const)
+        return Expr(tuple(sorted(merged.items())), a.const + b.const, div)
 
     def scale(self, k: int) -> Expr:
-        return Expr(tuple((g, m * k) for g, m in self.terms), self.const * k)
+        if self.div % k == 0:
+            return Expr(self.terms, self.const, self.div // k)
+        return Expr(tuple((g, m * k) for g, m in self.terms), self.const * k, self.div)
+
+    def split(self, parts: int) -> Expr:
+        """One of ``parts`` equal parts of this count."""
+        return Expr(self.terms, self.const, self.div * parts)
 
     def value(self, keep: Mapping[str, int]) -> int:
-        return self.const + sum(m * keep[g] for g, m in self.terms)
+        return (self.const + sum(m * keep[g] for g, m in self.terms)) // self.div
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -56,17 +71,23 @@ class Expr:
 
 @dataclass(frozen=True)
 class TensorT:
-    """A tensor's shape with its channel (dim 1) dimension as an expression."""
+    """A tensor's shape with its channel dimension as an expression: axis 1, the last of
+    a 3-D sequence, or ``axis`` where the graph moved it (NHWC after a permute, the
+    group axis a channel shuffle splits off)."""
 
     shape: tuple[int, ...]
     channels: Expr
+    axis: int | None = None
 
     def at(self, keep: Mapping[str, int]) -> tuple[int, ...]:
+        return self.with_channels(self.channels.value(keep))
+
+    def with_channels(self, channels: int) -> tuple[int, ...]:
+        """The shape with ``channels`` on its channel axis."""
         if len(self.shape) < 2:
             return self.shape
-        if len(self.shape) == 3:  # a sequence (batch, tokens, features): channels last
-            return (*self.shape[:2], self.channels.value(keep))
-        return (self.shape[0], self.channels.value(keep), *self.shape[2:])
+        axis = self.axis if self.axis is not None else _channel_axis(self.shape)
+        return (*self.shape[:axis], channels, *self.shape[axis + 1 :])
 
 
 @dataclass(frozen=True)
@@ -129,9 +150,31 @@ def _channels(shape: tuple[int, ...]) -> int:
     axis of a 3-D sequence (batch, tokens, features)."""
     if not shape:
         return 1
-    if len(shape) == 3:
-        return shape[-1]
-    return shape[1] if len(shape) > 1 else shape[0]
+    return shape[_channel_axis(shape)] if len(shape) > 1 else shape[0]
+
+
+def _attrs(node: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((a.name, _attr_value(a)) for a in node.attribute))
+
+
+def _shuffle_reshape(before: tuple[int, ...], after: tuple[int, ...], axis: int) -> str:
+    """Whether a Reshape splits a 4-D tensor's channel axis into (groups, channels per
+    group) ("split"), or merges a 5-D tensor's axes 1 and 2 back into channels, one of
+    which holds them ("merge"): a channel shuffle's two reshapes; else ""."""
+    if not before or not after or after[0] != before[0]:
+        return ""
+    if len(before) == 4 and len(after) == 5 and axis == 1:
+        same = after[1] * after[2] == before[1] and after[3:] == before[2:]
+        return "split" if same else ""
+    if len(before) == 5 and len(after) == 4 and axis in (1, 2):
+        same = after[1] == before[1] * before[2] and after[2:] == before[3:]
+        return "merge" if same else ""
+    return ""
+
+
+def _channel_axis(shape: tuple[int, ...]) -> int:
+    """Where ``_channels`` reads a tensor's channels (a shape of rank 2 or more)."""
+    return len(shape) - 1 if len(shape) == 3 else 1
 
 
 def _attr_value(attr: Any) -> Any:
@@ -295,6 +338,8 @@ class _Walk:
     def __init__(self, graph: _Graph, member_of: dict[str, str]) -> None:
         self.g, self.member_of = graph, member_of
         self.exprs = {name: Expr((), _channels(graph.shapes[name])) for name in graph.inputs}
+        #: tensors whose channels are not on their rank's usual axis (``TensorT.axis``)
+        self.axes: dict[str, int] = {}
         self.producer: dict[str, int] = {}  # tensor -> index of the op that computes it
         # tensors that hold shapes (Shape and what is computed from it alone): the
         # graph's shape arithmetic, which costs nothing worth pricing
@@ -306,8 +351,8 @@ class _Walk:
         shape = self.g.shapes.get(name, self.g.inits.get(name, ()))
         ch = self.exprs.get(name)
         if ch is None:
-            ch = Expr((), _channels(shape))
-        return TensorT(shape, ch)
+            return TensorT(shape, Expr((), _channels(shape)))
+        return TensorT(shape, ch, self.axes.get(name))
 
     def visit(self, node: Any) -> None:
         """Cut ``node`` into an op template, or pass its channels through where it is
@@ -347,6 +392,8 @@ class _Walk:
             )
             if same_rank and data_inputs[0] in self.exprs:
                 self.exprs[out] = self.exprs[data_inputs[0]]
+                if data_inputs[0] in self.axes:
+                    self.axes[out] = self.axes[data_inputs[0]]
             if data_inputs and data_inputs[0] in self.producer:
                 self.producer[out] = self.producer[data_inputs[0]]
 
@@ -359,6 +406,7 @@ class _Walk:
         groups: Expr | None = None
         kernel: tuple[int, ...] = ()
         module = ""
+        out_axis: int | None = None
         weighted = node.op_type in WEIGHTED and node.input[1] in g.inits
         if weighted:
             module = onnx_module_name(node.name)
@@ -373,9 +421,15 @@ class _Walk:
                     groups = Expr((), n_groups)
             else:
                 out_expr = self._weighted_out(module, out_shape[-1] if out_shape else weight[0])
+                if len(out_shape) > 3:  # a Linear on channels-last (NHWC) data
+                    out_axis = len(out_shape) - 1
         else:
-            out_expr = self._out_channels(node, data_inputs, in_t, out_shape)
+            out_expr, out_axis = self._out_channels(node, data_inputs, in_t, out_shape)
+            if node.op_type == "Split":
+                self._split_outputs(node, in_t)
         self.exprs[out_name] = out_expr
+        if out_axis is not None:
+            self.axes[out_name] = out_axis
         inputs = [self.tensor(name) for name in data_inputs]
         sources = [self.producer.get(name, -1) for name in data_inputs]
         consts = self._consts(node, weighted, reshape_to)
@@ -391,7 +445,7 @@ class _Walk:
             OpTemplate(
                 op_type=node.op_type,
                 inputs=tuple(inputs),
-                output=TensorT(out_shape, out_expr),
+                output=TensorT(out_shape, out_expr, out_axis),
                 attrs=attrs,
                 module=module,
                 weight_kernel=kernel,
@@ -413,24 +467,49 @@ class _Walk:
 
     def _out_channels(
         self, node: Any, data_inputs: list[str], in_t: TensorT, out_shape: tuple[int, ...]
-    ) -> Expr:
-        """A weightless op's output channels, from its inputs'."""
+    ) -> tuple[Expr, int | None]:
+        """A weightless op's output channels, from its inputs', and the axis they are on
+        where it is not the rank's usual one."""
+        axis = in_t.axis if in_t.axis is not None else _channel_axis(in_t.shape or (1, 1))
         if node.op_type == "Concat":
             out_expr = Expr()
             for name in data_inputs:
                 out_expr = out_expr + self.tensor(name).channels
-            return out_expr
+            return out_expr, in_t.axis
         if node.op_type in ("Flatten", "Reshape") and len(out_shape) == 2 and len(in_t.shape) > 2:
-            return in_t.channels.scale(math.prod(in_t.shape[2:]))
+            return in_t.channels.scale(math.prod(in_t.shape[2:])), None
+        if node.op_type == "Transpose" and len(in_t.shape) == len(out_shape) > 3:
+            perm = list(dict(_attrs(node)).get("perm", range(len(out_shape) - 1, -1, -1)))
+            moved = perm.index(axis)
+            return in_t.channels, None if moved == _channel_axis(out_shape) else moved
+        if node.op_type == "Reshape":
+            shuffled = _shuffle_reshape(in_t.shape, out_shape, axis)
+            if shuffled == "split":  # (N, C, H, W) -> (N, g, C/g, H, W): C/g on axis 2
+                return in_t.channels.split(out_shape[1]), 2
+            if shuffled == "merge":  # (N, a, b, H, W) -> (N, a*b, H, W), channels in a or b
+                return in_t.channels.scale(in_t.shape[3 - axis]), None
         if node.op_type in ("Reshape", "Transpose", "MatMul"):
-            return Expr((), _channels(out_shape) if out_shape else 1)
+            return Expr((), _channels(out_shape) if out_shape else 1), None
         if (
             node.op_type.startswith("Reduce")
             and out_shape
             and _channels(out_shape) != _channels(in_t.shape)
         ):  # reduced over the channel axis (a mask's token count): a constant
-            return Expr((), _channels(out_shape))
-        return in_t.channels
+            return Expr((), _channels(out_shape)), None
+        return in_t.channels, in_t.axis
+
+    def _split_outputs(self, node: Any, in_t: TensorT) -> None:
+        """A Split into equal parts along the channel axis (a shuffle block's chunk):
+        each part is that share of the input's channels."""
+        shapes = [self.g.shapes.get(o, ()) for o in node.output]
+        axis = in_t.axis if in_t.axis is not None else _channel_axis(in_t.shape or (1, 1))
+        split_axis = int(dict(_attrs(node)).get("axis", 0)) % max(len(in_t.shape), 1)
+        if split_axis != axis or not all(shapes) or len({s[axis] for s in shapes}) != 1:
+            return
+        for out in node.output:
+            self.exprs[out] = in_t.channels.split(len(node.output))
+            if in_t.axis is not None:
+                self.axes[out] = in_t.axis
 
     def _consts(self, node: Any, weighted: bool, reshape_to: Any) -> tuple[Any, ...]:
         """A weightless op's constant inputs: small ones by value, larger ones (a
@@ -497,5 +576,7 @@ class _Walk:
             outputs += nxt.output
             self.absorbed.add(nxt.name)
             self.exprs[nxt.output[0]] = out_expr
+            if out_name in self.axes:
+                self.axes[nxt.output[0]] = self.axes[out_name]
             current = nxt.output[0]
         return act_attrs
