@@ -100,6 +100,7 @@ def main() -> None:
         "target": "at least 3 compressed members within the accuracy bound",
         "met": len([m for m in front if m["compressed"] and m["accuracy"] >= bound]) >= 3,
         "promotion_notes": [s for s in text.splitlines() if "frontier: promotion:" in s],
+        "date": launched.isoformat(timespec="minutes"),
         "first_trial_s": first_trial_s,
         # the user's own training of the baseline (a cold cache), inside first_trial_s
         "baseline_training_s": next(

@@ -612,6 +612,37 @@ def first_table_section(runs: dict[str, Any]) -> list[str]:
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
 
+def own_models_section(runs: list[dict[str, Any]]) -> list[str]:
+    """``bench_own_model.py``'s runs (``own-model-*.json``): a user's own model with the
+    default config, 30 trials; the target is 3 compressed front members within the
+    accuracy bound."""
+    lines = [
+        "### A user's own model with the defaults (`benchmarks/bench_own_model.py`)",
+        "",
+        "Each a torchvision model with a one-channel stem, trained briefly here on 32x32 "
+        "Fashion-MNIST, searched with the README's config (30 trials, "
+        "`accuracy >= baseline - 0.05`). Target: at least 3 compressed front members within "
+        "the bound, the first trial within 5 minutes (the user's own training aside).",
+        "",
+        "| config | baseline | bound | compressed members (at full rung) | within bound | "
+        "first trial after (training) | wall | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for r in runs:
+        front = r.get("front", [])
+        within = sum(1 for m in front if m["compressed"] and m["accuracy"] >= r["accuracy_bound"])
+        first, train = r.get("first_trial_s"), r.get("baseline_training_s", 0.0)
+        lines.append(
+            f"| {r['config']} ({r.get('date', '2026-11-27')}) | {r['baseline']['accuracy']:.4f} | {r['accuracy_bound']:.4f} | "
+            f"{r['compressed_members']} ({r['compressed_members_at_full_rung']}) | {within} | "
+            f"{'-' if first is None else f'{first:.0f} s ({train:.0f} s)'} | "
+            f"{r['wall_s']:.0f} s | {'met' if r['met'] else 'MISSED'} |"
+        )
+        notes += [f"{r['config']}: {n.removeprefix('frontier: ')}" for n in r["promotion_notes"]]
+    return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
+
+
 def cluster_section(cluster: dict[str, Any]) -> list[str]:
     lines = [
         "### How far one driver goes (`benchmarks/bench_driver.py`)",
@@ -968,6 +999,9 @@ def logged_sections(logs: Path) -> list[str]:
         path = logs / filename
         if path.exists():
             lines += section(json.loads(path.read_text()))
+    own = sorted(logs.glob("own-model-*.json"))
+    if own:
+        lines += own_models_section([json.loads(p.read_text()) for p in own])
     if (logs / "gpu-tables.json").exists():
         accel = logs / "accelerator.json"
         lines += gpu_section(
