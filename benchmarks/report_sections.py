@@ -634,7 +634,8 @@ def own_models_section(runs: list[dict[str, Any]]) -> list[str]:
         within = sum(1 for m in front if m["compressed"] and m["accuracy"] >= r["accuracy_bound"])
         first, train = r.get("first_trial_s"), r.get("baseline_training_s", 0.0)
         lines.append(
-            f"| {r['config']} ({r.get('date', '2026-11-27')}) | {r['baseline']['accuracy']:.4f} | {r['accuracy_bound']:.4f} | "
+            f"| {r['config']} ({r.get('date', '2026-11-27')}) | "
+            f"{r['baseline']['accuracy']:.4f} | {r['accuracy_bound']:.4f} | "
             f"{r['compressed_members']} ({r['compressed_members_at_full_rung']}) | {within} | "
             f"{'-' if first is None else f'{first:.0f} s ({train:.0f} s)'} | "
             f"{r['wall_s']:.0f} s | {'met' if r['met'] else 'MISSED'} |"
