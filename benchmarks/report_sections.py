@@ -640,6 +640,8 @@ def own_models_section(runs: list[dict[str, Any]]) -> list[str]:
             f"{'-' if first is None else f'{first:.0f} s ({train:.0f} s)'} | "
             f"{r['wall_s']:.0f} s | {'met' if r['met'] else 'MISSED'} |"
         )
+        if r.get("partial"):
+            notes.append(f"{r['config']}: partial run, {r['partial']}")
         notes += [f"{r['config']}: {n.removeprefix('frontier: ')}" for n in r["promotion_notes"]]
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
