@@ -901,7 +901,7 @@ def measure_bundle(
     new_file = not out.exists()
     start = time.perf_counter()
     count = 0
-    with zipfile.ZipFile(bundle) as zf, out.open("a", newline="") as f:
+    with zipfile.ZipFile(bundle) as zf:
         damaged = zf.testzip()
         if damaged is not None:
             raise ValueError(
@@ -909,36 +909,40 @@ def measure_bundle(
                 "again from where `frontier lut ops` wrote it)"
             )
         chunk_timer = _ChunkTimer(zf, bundle, out, backend, batch_size, rounds, round_s)
-        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-        if new_file:
-            writer.writeheader()
         #: each chunk's baseline median and its models, to find where the device drifted
         ran: list[tuple[float, list[dict[str, Any]]]] = []
-        for chunk_no, chunk in enumerate(chunks):
-            rows, reference = chunk_timer.time(chunk, chunk_no, reference)
-            for row in rows:
-                writer.writerow(row)
-            f.flush()
-            base = next((float(r["baseline_ms"]) for r in rows if r.get("baseline_ms")), 0.0)
-            if base > 0:
-                ran.append((base, chunk))
-            count += len(chunk)
-            _progress(count, len(todo), start, chunk[-1].get("key", chunk[-1]["id"]))
-        noise = {}
+        with out.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+            if new_file:
+                writer.writeheader()
+            for chunk_no, chunk in enumerate(chunks):
+                rows, reference = chunk_timer.time(chunk, chunk_no, reference)
+                for row in rows:
+                    writer.writerow(row)
+                f.flush()
+                base = _chunk_baseline_ms(rows)
+                if base > 0:
+                    ran.append((base, chunk))
+                count += len(chunk)
+                _progress(count, len(todo), start, chunk[-1].get("key", chunk[-1]["id"]))
         if todo and reference is not None:
             noise = _repeat_pass(chunk_timer, out, manifest, reference)
-    if noise:
-        budget_s = (
-            redo_budget_s if redo_budget_s is not None else 0.25 * (time.perf_counter() - start)
-        )
-        noise.update(_redo_drifted(chunk_timer, bundle, out, ran, reference, noise, budget_s))
-        _add_meta(out, noise)
+            if noise:
+                took_s = time.perf_counter() - start
+                budget_s = redo_budget_s if redo_budget_s is not None else 0.25 * took_s
+                noise.update(_redo_drifted(chunk_timer, out, ran, reference, noise, budget_s))
+                _add_meta(out, noise)
     return out
+
+
+def _chunk_baseline_ms(rows: list[dict[str, Any]]) -> float:
+    """The uncompressed model's median in the rounds a chunk's ``rows`` were timed in
+    (0 where it was not timed beside them)."""
+    return next((float(r["baseline_ms"]) for r in rows if r.get("baseline_ms")), 0.0)
 
 
 def _redo_drifted(
     timer: _ChunkTimer,
-    bundle: Path,
     out: Path,
     ran: list[tuple[float, list[dict[str, Any]]]],
     reference: dict[str, Any] | None,
@@ -948,8 +952,8 @@ def _redo_drifted(
     """Chunks that ran the uncompressed model further from its median over the table
     than the device's noise band (and ``PHASE_TOLERANCE``) ran while it drifted: say so,
     and time them again, the furthest first, while ``budget_s`` lasts; a chunk's new rows
-    replace its old where its baseline came back closer to the median. Returns what the
-    metadata keeps: ``drifted_chunks``, ``redone_chunks``."""
+    replace its old in ``out`` (rewritten once) where its baseline came back closer to
+    the median. Returns what the metadata keeps: ``drifted_chunks``, ``redone_chunks``."""
     if reference is None or len(ran) < 3:
         return {}
     anchor = statistics.median(b for b, _ in ran)
@@ -966,17 +970,17 @@ def _redo_drifted(
         f"(up to {drifted[0][0]:.0%}); timing them again within {budget_s:.0f} s",
         file=sys.stderr,
     )
-    start, redone = time.perf_counter(), 0
-    with zipfile.ZipFile(bundle) as zf:
-        timer.zf = zf
-        for off, chunk in drifted:
-            if time.perf_counter() - start > budget_s:
-                break
-            rows, _ = timer.time(chunk, 20_000 + redone, reference, profile=False)
-            base = next((float(r["baseline_ms"]) for r in rows if r.get("baseline_ms")), 0.0)
-            if base > 0 and abs(base / anchor - 1) < off:
-                _replace_rows(out, rows)
-                redone += 1
+    start, redone, better = time.perf_counter(), 0, []
+    for off, chunk in drifted:
+        if time.perf_counter() - start > budget_s:
+            break
+        rows, _ = timer.time(chunk, 20_000 + redone, reference, profile=False)
+        base = _chunk_baseline_ms(rows)
+        if base > 0 and abs(base / anchor - 1) < off:
+            better += rows
+            redone += 1
+    if better:
+        _replace_rows(out, better)
     print(f"{out.name}: {redone} of {len(drifted)} drifted chunks timed again", file=sys.stderr)
     return {"drifted_chunks": len(drifted), "redone_chunks": redone}
 

@@ -122,8 +122,6 @@ class _Retimer:
     """Times a chunk again as a device back at its usual speed would: the baseline at
     1.01 ms, each model at ``ms``."""
 
-    zf = None
-
     def __init__(self, ms: float) -> None:
         self.ms, self.chunks = ms, 0
 
@@ -139,10 +137,6 @@ class _Retimer:
 
 
 def test_chunks_timed_while_the_device_drifted_are_timed_again(tmp_path: Path, capsys) -> None:
-    import zipfile
-
-    bundle = tmp_path / "ops.zip"
-    zipfile.ZipFile(bundle, "w").close()
     out = tmp_path / "table.csv"
     ran, rows = [], []
     for no, base in enumerate([1.0, 1.02, 1.5, 0.98, 0.99]):  # chunk 2 ran 50% slow
@@ -160,7 +154,7 @@ def test_chunks_timed_while_the_device_drifted_are_timed_again(tmp_path: Path, c
     reference = {"id": "baseline", "key": "baseline"}
     noise = {"noise_pct": 3.0}
     retimer = _Retimer(0.505)
-    kept = runner._redo_drifted(retimer, bundle, out, ran, reference, noise, budget_s=60)
+    kept = runner._redo_drifted(retimer, out, ran, reference, noise, budget_s=60)
     assert kept == {"drifted_chunks": 1, "redone_chunks": 1} and retimer.chunks == 1
     assert "drifted while this table was built: 1 of 5 chunks" in capsys.readouterr().err
     after = {r["model_id"]: r for r in csv.DictReader(out.open())}
@@ -170,5 +164,5 @@ def test_chunks_timed_while_the_device_drifted_are_timed_again(tmp_path: Path, c
     # no time left: said, not timed again
     retimer = _Retimer(0.505)
     ran[2] = (1.5, ran[2][1])
-    kept = runner._redo_drifted(retimer, bundle, out, ran, reference, noise, budget_s=0)
+    kept = runner._redo_drifted(retimer, out, ran, reference, noise, budget_s=0)
     assert kept == {"drifted_chunks": 1, "redone_chunks": 0} and retimer.chunks == 0
