@@ -186,10 +186,8 @@ CONCAT_BY_SIZE = 3
 def _by_size(t: OpTemplate) -> bool:
     if t.op_type != "Concat" or len(t.inputs) <= CONCAT_BY_SIZE or not t.output.shape:
         return False
-    rank = len(t.output.shape)
-    axis = int(dict(t.attrs).get("axis", 1)) % rank
-    channel = t.output.axis if t.output.axis is not None else (rank - 1 if rank == 3 else 1)
-    return axis == channel and all(x.axis == t.output.axis for x in t.inputs)
+    axis = int(dict(t.attrs).get("axis", 1)) % len(t.output.shape)
+    return axis == t.output.channel_axis and all(x.axis == t.output.axis for x in t.inputs)
 
 
 def _exprs(t: OpTemplate) -> list[Expr]:
@@ -206,9 +204,7 @@ def _exprs(t: OpTemplate) -> list[Expr]:
 def _split_like(t: OpTemplate, total: int) -> list[int]:
     """A Concat's input widths for an output of ``total`` channels: its unpruned inputs'
     shares of it (the last takes the rounding), at least 1 each."""
-    widths = [x.with_channels(0) for x in t.inputs]
-    axis = next(i for i, d in enumerate(widths[0]) if d == 0)
-    full = [x.shape[axis] for x in t.inputs]
+    full = [x.shape[x.channel_axis] for x in t.inputs]
     out = [max(1, total * f // sum(full)) for f in full[:-1]]
     return [*out, max(1, total - sum(out))]
 

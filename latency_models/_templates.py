@@ -82,11 +82,16 @@ class TensorT:
     def at(self, keep: Mapping[str, int]) -> tuple[int, ...]:
         return self.with_channels(self.channels.value(keep))
 
+    @property
+    def channel_axis(self) -> int:
+        """The axis its channels are on."""
+        return self.axis if self.axis is not None else _channel_axis(self.shape or (1, 1))
+
     def with_channels(self, channels: int) -> tuple[int, ...]:
         """The shape with ``channels`` on its channel axis."""
         if len(self.shape) < 2:
             return self.shape
-        axis = self.axis if self.axis is not None else _channel_axis(self.shape)
+        axis = self.channel_axis
         return (*self.shape[:axis], channels, *self.shape[axis + 1 :])
 
 
@@ -399,7 +404,7 @@ class _Walk:
 
     def _add_op(self, node: Any, data_inputs: list[str], reshape_to: Any) -> None:
         g = self.g
-        attrs = tuple(sorted((a.name, _attr_value(a)) for a in node.attribute))
+        attrs = _attrs(node)
         in_t = self.tensor(data_inputs[0])
         out_name = node.output[0]
         out_shape = g.shapes.get(out_name, ())
@@ -470,7 +475,7 @@ class _Walk:
     ) -> tuple[Expr, int | None]:
         """A weightless op's output channels, from its inputs', and the axis they are on
         where it is not the rank's usual one."""
-        axis = in_t.axis if in_t.axis is not None else _channel_axis(in_t.shape or (1, 1))
+        axis = in_t.channel_axis
         if node.op_type == "Concat":
             out_expr = Expr()
             for name in data_inputs:
@@ -502,7 +507,7 @@ class _Walk:
         """A Split into equal parts along the channel axis (a shuffle block's chunk):
         each part is that share of the input's channels."""
         shapes = [self.g.shapes.get(o, ()) for o in node.output]
-        axis = in_t.axis if in_t.axis is not None else _channel_axis(in_t.shape or (1, 1))
+        axis = in_t.channel_axis
         split_axis = int(dict(_attrs(node)).get("axis", 0)) % max(len(in_t.shape), 1)
         if split_axis != axis or not all(shapes) or len({s[axis] for s in shapes}) != 1:
             return
@@ -561,7 +566,7 @@ class _Walk:
             elif nxt.op_type in FUSED_ACTIVATIONS and not any(
                 f in FUSED_ACTIVATIONS for f in fused
             ):
-                act_attrs = tuple(sorted((a.name, _attr_value(a)) for a in nxt.attribute))
+                act_attrs = _attrs(nxt)
                 if nxt.op_type == "Clip":  # bounds are constant inputs in opset >= 11
                     bounds = [float(g.values[i]) if i in g.values else None for i in nxt.input[1:3]]
                     act_attrs = tuple(
