@@ -120,8 +120,9 @@ def _first_trial_s(journal: Path, launched: datetime) -> float | None:
     """Seconds from launch to the first trial the study records as finished."""
     import optuna
 
-    backend = optuna.storages.journal.JournalFileBackend(str(journal))
-    storage = optuna.storages.JournalStorage(backend)
+    from frontier.search import open_storage
+
+    storage = open_storage(str(journal))
     ends = [
         t.datetime_complete
         for s in optuna.get_all_study_summaries(storage)

@@ -267,20 +267,23 @@ class Search:
         if not self._promoting():
             return []
         promotions = self.promotion.between(self.front, len(self.evaluation.rungs))
+        self._promotion_said(keep=bool(promotions))
+        return promotions
+
+    def _promotion_said(self, keep: bool) -> None:
+        """Log what the strategy decided; keep its state in the study where it decided
+        something (``keep``) or said so."""
         notes = self.promotion.take_notes()
         for note in notes:
             logger.info("promotion: %s", note)
-        if promotions or notes:
+        if keep or notes:
             self.study.set_user_attr(PROMOTION_ATTR, self.promotion.state())
-        return promotions
 
     def _generation(self, final: bool = False) -> list[tuple[int, int]]:
         promotions: list[tuple[int, int]] = []
         if self._promoting():
             promotions = self.promotion.select(self.front, len(self.evaluation.rungs))
-            for note in self.promotion.take_notes():
-                logger.info("promotion: %s", note)
-            self.study.set_user_attr(PROMOTION_ATTR, self.promotion.state())
+            self._promotion_said(keep=True)
         if final and not promotions and ACCURACY in self.evaluation.metrics:
             promotions, note = finishing(
                 self.front, self.evaluation.rungs, self.config.search.fidelity.finish

@@ -194,8 +194,9 @@ class Front:
         """When no completed plan meets every constraint: the constraint that came
         closest to holding (smallest violation relative to its bound) and the best value
         reached; '' when some plan is feasible or nothing completed."""
-        done = [r.values() for r in self.complete()]
-        judged = any(self.feasible(r.values(), r.rung) for r in self.complete())
+        records = self.complete()
+        done = [r.values() for r in records]
+        judged = any(self.feasible(v, r.rung) for v, r in zip(done, records, strict=True))
         if not done or not self.constraints or judged:
             return ""
         misses = []

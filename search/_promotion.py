@@ -206,13 +206,16 @@ class SpreadPromotion(Promotion):
             for r in front.complete()
             if r.rung >= rung and self._compressed(front, r.number, rung)
         ]
+        if len(compressed) < 2 * self.probes:
+            return False
         loose = self._candidates(front)
-        feasible = any(loose.feasible(r.values(rung), rung) for r in compressed)
-        return len(compressed) >= 2 * self.probes and not feasible
+        return not any(loose.feasible(r.values(rung), rung) for r in compressed)
 
     def _gap(self, front: Front, rung: int, accuracy: list[Constraint]) -> None:
         """Once the probes of ``rung`` are back: the shortfall they show (75th
         percentile of their gains a rung up), and whether it blinds the rung."""
+        if rung in self.shortfall:
+            return  # learnt already
         if any(rung + 1 not in front.records[n].rungs for n in self._probes[rung]):
             return  # some are still being measured (a failed one counts as back)
         gains = [
@@ -220,7 +223,7 @@ class SpreadPromotion(Promotion):
             for n in self._probes[rung]
             if ACCURACY in (r := front.records[n]).rungs.get(rung + 1, {})
         ]
-        if not gains or rung in self.shortfall:
+        if not gains:
             return
         gap = float(np.percentile(gains, 75))
         if gap <= MIN_SHORTFALL:
