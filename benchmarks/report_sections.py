@@ -985,11 +985,49 @@ def gpu_section(tables: dict[str, Any], accel: dict[str, Any] | None) -> list[st
     return lines
 
 
+def residuals_section(results: dict[str, Any]) -> list[str]:
+    """Where a fresh table's error comes from (``bench_residuals.py``)."""
+    lines = [
+        "### Where a table's error comes from (`benchmarks/bench_residuals.py`)",
+        "",
+        "Fresh `local-cpu` tables of torchvision models no scenario uses (untrained, 96x96, "
+        "prune 0/0.25/0.5, INT8 or FP32 per layer), each plan timed by a plain ONNX Runtime "
+        "loop in two passes (each visit beside the uncompressed model; the second pass is "
+        "the ceiling). 'isolated': each op priced as its row ran alone; 'chain': the layout "
+        "conversions a run of kernels in one layout pays once taken out (`chain_ms`); "
+        "'sum': without the table's calibration. Errors by group and per unit are of "
+        "speed-ups over the uncompressed model (a change of the machine's speed moves no "
+        "speed-up).",
+        "",
+        "| model, table | ceiling: random ms / speed-ups within 10% | pricing | random within "
+        "10% / MAPE | corners within 10%: ms / speed-up | random speed-ups within 10% / MAPE | "
+        "median speed-up error by group | speed-up error per unit: pruned, INT8, boundary, "
+        "odd channels |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in results.items():
+        for pricing in ("isolated", "chain", "isolated sum", "chain sum"):
+            s = r[pricing]
+            groups_text = ", ".join(f"{g} {e:+.1%}" for g, e in s["group_median_error"].items())
+            line = s["residual_line"]
+            lines.append(
+                f"| {key} | {r['ceiling']['within_10pct']:.0%} / "
+                f"{r['speedup_ceiling']['within_10pct']:.0%} | {pricing} | "
+                f"{s['random']['within_10pct']:.0%} / {s['random']['mape']:.1%} | "
+                f"{s['corners_within_10pct']} / {s['corner_speedups_within_10pct']} of 6 | "
+                f"{s['speedups']['within_10pct']:.0%} / {s['speedups']['mape']:.1%} | "
+                f"{groups_text} | {line['share_pruned']:+.3f}, {line['share_int8']:+.3f}, "
+                f"{line['boundaries']:+.4f}, {line['share_odd_channels']:+.3f} |"
+            )
+    return [*lines, ""]
+
+
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
     for filename, section in (
         ("latency-trust.json", latency_trust_section),
+        ("residuals.json", residuals_section),
         ("first-table.json", first_table_section),
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),

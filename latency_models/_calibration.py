@@ -37,6 +37,8 @@ class Pricer(Protocol):
 
     def isolated_ms(self, spec: OpSpec) -> float: ...
 
+    def chain_ms(self, specs: list[OpSpec]) -> list[float]: ...
+
 
 class Calibration(Protocol):
     """A way to turn op prices into whole-model latency, fitted on ``Sample``s."""
@@ -51,11 +53,12 @@ class Calibration(Protocol):
 
 
 def group_sums(pricer: Pricer, specs: list[OpSpec]) -> np.ndarray:
-    """The summed op prices of each of ``CALIBRATION_GROUPS``."""
+    """The summed op prices (in the chain, ``chain_ms``) of each of
+    ``CALIBRATION_GROUPS``."""
     sums = dict.fromkeys(CALIBRATION_GROUPS, 0.0)
-    for spec in specs:
+    for spec, ms in zip(specs, pricer.chain_ms(specs), strict=True):
         group = spec.kind if spec.kind in sums else "other"
-        sums[group] += pricer.isolated_ms(spec)
+        sums[group] += ms
     return np.array([sums[g] for g in CALIBRATION_GROUPS])
 
 
@@ -69,7 +72,8 @@ def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 class SumCalibration:
-    """The plain sum of the op prices plus one per-run overhead."""
+    """The plain sum of the op prices in the chain (``chain_ms``) plus one per-run
+    overhead."""
 
     name = "sum"
 
@@ -77,7 +81,7 @@ class SumCalibration:
         return "sum"
 
     def predict(self, pricer: Pricer, fitted: Any, specs: list[OpSpec]) -> float:
-        return sum(pricer.isolated_ms(s) for s in specs) + pricer.overhead_ms
+        return sum(pricer.chain_ms(specs)) + pricer.overhead_ms
 
 
 class GroupsCalibration:

@@ -115,12 +115,14 @@ class OwnCalibration:
             self.choose()
         pricer = self.pricer
         costs = [pricer.op_cost(s) for s in specs]
-        raw = sum(c.latency_ms for c in costs) + pricer.overhead_ms
+        native = [s.dense if s.sparsity else s for s in specs]
+        # the layout conversions a chain pays once, not around every op (``chain_ms``)
+        shared_ms = sum(map(pricer.isolated_ms, native)) - sum(pricer.chain_ms(native))
+        raw = sum(c.latency_ms for c in costs) - shared_ms + pricer.overhead_ms
         if self.calibrate and self.choice is not None:
             # Calibration learnt whole dense models that ran every op here; an offloaded
             # op adds what it costs elsewhere (plus transfers) over its price here, a
             # sparse op what its sparse-kernel row costs over its dense twin.
-            native = [s.dense if s.sparsity else s for s in specs]
             latency = self.choice.predictor.predict(pricer, native)
             latency += sum(
                 c.latency_ms - pricer.isolated_ms(n)

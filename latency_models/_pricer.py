@@ -23,6 +23,15 @@ from ._ops import OpSpec
 from ._table import DeviceTable, Row
 
 DEFAULT_TRANSFER_GBPS = 1.0
+#: Ops a runtime runs in whatever layout their input comes in (ONNX Runtime carries an
+#: NCHWc or NHWC chain through them rather than convert around them): a chain of
+#: kernels in one layout runs through them unbroken. One of them that converts when
+#: alone (ONNX Runtime's FP32 pooling) shows it in its row, and is a layout op.
+PASS_THROUGH = frozenset({
+    "Add", "Mul", "Sub", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish",
+    "LeakyRelu", "Tanh", "BatchNormalization", "Concat", "MaxPool", "AveragePool",
+    "GlobalAveragePool",
+})  # fmt: skip
 
 
 @dataclass
@@ -167,6 +176,32 @@ class OpPricer:
     def isolated_ms(self, spec: OpSpec) -> float:
         """``spec``'s price as if this device ran it (what a calibration prices with)."""
         return self.op_cost(spec, native=True).latency_ms
+
+    def chain_ms(self, specs: list[OpSpec]) -> list[float]:
+        """Each op's price inside the whole model that runs ``specs`` (a plan's ops in
+        graph order), as this device runs it: its ``isolated_ms`` less the layout
+        conversions its row paid alone and the whole model does not. Where an op's
+        output goes, in the same layout, into the next op that converts its input
+        (directly, or through ``PASS_THROUGH`` ops), neither converts: the runtime keeps
+        the chain in that layout and converts once where it starts and once where it
+        ends (``runner.glue_split`` measures each op's share)."""
+        prices = [self.isolated_ms(s) for s in specs]
+        pending: tuple[str, int, float] | None = None  # layout, op, its output's share
+        for i, spec in enumerate(specs):
+            row = self._glue_row(spec)
+            if row is not None:
+                if pending is not None and pending[0] == row.layout and row.glue_in_share:
+                    prices[pending[1]] -= self.isolated_ms(specs[pending[1]]) * pending[2]
+                    prices[i] -= self.isolated_ms(spec) * row.glue_in_share
+                pending = (row.layout, i, row.glue_out_share) if row.glue_out_share else None
+            elif spec.op_type not in PASS_THROUGH:
+                pending = None
+        return prices
+
+    def _glue_row(self, spec: OpSpec) -> Row | None:
+        """``spec``'s table row where it records a layout the op converts into."""
+        row = self.table.get((spec.dense if spec.sparsity else spec).key)
+        return row if row is not None and row.status == "ok" and row.layout else None
 
     def _op_cost(self, spec: OpSpec, native: bool) -> OpCost:
         if not native and spec.kind in self.table.unsupported_types and self.offload is not None:

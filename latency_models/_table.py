@@ -85,6 +85,11 @@ class Row:
     #: as eager PyTorch (the launch floor), and its host time per replay
     eager_ms: float = math.nan
     host_ms: float = math.nan
+    #: an op's layout glue (``runner.glue_split``): the shares of its time spent
+    #: converting its input into ``layout`` and its output back (0 and "" where none)
+    glue_in_share: float = 0.0
+    glue_out_share: float = 0.0
+    layout: str = ""
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,16 @@ class _NotANumber(ValueError):
     """A numeric column of a table row holds something else."""
 
 
+def _share(raw: dict[str, Any], column: str) -> float:
+    """The row's ``column`` as a share of its time: 0 where empty, else in [0, 1]."""
+    share = _number(raw, column)
+    if math.isnan(share):
+        return 0.0
+    if not 0.0 <= share <= 1.0:
+        raise _NotANumber(f"{column} must be between 0 and 1, got {share!r}")
+    return share
+
+
 def _number(raw: dict[str, Any], column: str) -> float:
     """The row's ``column`` as a float (NaN where empty); ``_NotANumber`` names it."""
     text = (raw.get(column) or "").strip()
@@ -401,6 +416,9 @@ def _parsed_row(raw: dict[str, Any], line: int, seen: dict[str, int]) -> Row | s
         relative=_number(raw, "relative"),
         eager_ms=_number(raw, "eager_ms"),
         host_ms=_number(raw, "host_ms"),
+        glue_in_share=_share(raw, "glue_in_share"),
+        glue_out_share=_share(raw, "glue_out_share"),
+        layout=(raw.get("layout") or "").strip(),
     )
 
 
@@ -840,5 +858,8 @@ def write_rows(path: Path, rows: list[Row]) -> None:
                     "relative": "" if math.isnan(r.relative) else f"{r.relative:.6g}",
                     "eager_ms": "" if math.isnan(r.eager_ms) else f"{r.eager_ms:.6g}",
                     "host_ms": "" if math.isnan(r.host_ms) else f"{r.host_ms:.6g}",
+                    "glue_in_share": f"{r.glue_in_share:.4g}" if r.layout else "",
+                    "glue_out_share": f"{r.glue_out_share:.4g}" if r.layout else "",
+                    "layout": r.layout,
                 }
             )

@@ -64,7 +64,25 @@ COLUMNS = [
     "energy_mj",
     "eager_ms",
     "host_ms",
+    # an op model's layout glue (``glue_split``)
+    "glue_in_share",
+    "glue_out_share",
+    "layout",
 ]
+GLUE_COLUMNS = ("glue_in_share", "glue_out_share", "layout")
+#: Nodes a runtime inserts around a kernel that runs in a layout of its own (ONNX
+#: Runtime's NCHWc convolutions and pooling, its NHWC INT8 kernels, OpenVINO's
+#: blocked layouts), by the layout they convert into or out of. An op timed alone pays
+#: both conversions; inside a chain of kernels in the same layout, a whole model pays
+#: them once, where the chain starts and ends.
+LAYOUT_GLUE = {
+    "ReorderInput": "nchwc",
+    "ReorderOutput": "nchwc",
+    "Transpose": "channels-last",
+    "Reorder": "blocked",
+}
+#: runs an op model's profile takes (the later half is kept): enough for shares
+OP_PROFILE_RUNS = 10
 
 #: The one timing protocol (``time_models``). Every latency Frontier reports (table
 #: rows, calibration and validation models, ``lut validate``, ``frontier pick``, the
@@ -79,7 +97,9 @@ COLUMNS = [
 #: slow spell during a run falls on every model a little, because the rounds
 #: interleave them, and one slow round of five is outvoted.
 PROTOCOL_NAME = "frontier-ort-rounds"
-PROTOCOL_VERSION = 2
+#: Version 2 times every row beside the uncompressed model; version 3 also profiles
+#: each op model once for its layout conversions (``glue_split``).
+PROTOCOL_VERSION = 3
 WARMUP_RUNS = 30
 #: Warm-up stops after this many seconds even before ``WARMUP_RUNS`` (a slow model).
 WARMUP_MAX_S = 3.0
@@ -510,6 +530,27 @@ def profiles_path(out: Path) -> Path:
     return Path(str(out) + ".profiles.jsonl")
 
 
+def glue_split(nodes: Mapping[str, Any]) -> dict[str, str]:
+    """An op model's layout glue, from its profile (``profile_nodes``' format, in
+    execution order): the shares of its kernel time spent converting its input into
+    the layout its kernel runs in and its output back (``LAYOUT_GLUE`` nodes before the
+    first and after the last other node), and that layout ("" where it has none).
+    Shares, not times: the profiler's own cost per node inflates small nodes, so the
+    price (the unprofiled median) is split in these proportions."""
+    kernels = [(v[0], float(v[1])) for k, v in nodes.items() if k != "model_run"]
+    total = sum(us for _, us in kernels)
+    core = [i for i, (kind, _) in enumerate(kernels) if kind not in LAYOUT_GLUE]
+    if not core or total <= 0:
+        return {}
+    ins, outs = kernels[: core[0]], kernels[core[-1] + 1 :]
+    layouts = sorted({LAYOUT_GLUE[kind] for kind, _ in ins + outs})
+    return {
+        "glue_in_share": f"{sum(us for _, us in ins) / total:.4g}",
+        "glue_out_share": f"{sum(us for _, us in outs) / total:.4g}",
+        "layout": "+".join(layouts),
+    }
+
+
 def profile_nodes(
     model: bytes,
     feeds: dict[str, Any],
@@ -556,6 +597,9 @@ class Backend(Protocol):
     provider: str
     #: the name of ``timer`` in the protocol's metadata ("" for the wall clock)
     timer_name: str
+    #: whether its runtime converts layouts around kernels, shown in its profiles as
+    #: ``LAYOUT_GLUE`` nodes: its op models are profiled for it (``glue_split``)
+    layout_glue: bool
 
     def describe(self) -> dict[str, Any]:
         """What the table's metadata records of the engine (its name and version)."""
@@ -571,8 +615,11 @@ class Backend(Protocol):
         """``run()``'s time in ms."""
         ...
 
-    def profile(self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-        """Each node's kernel time inside the model (``profile_nodes``' format)."""
+    def profile(
+        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+    ) -> dict[str, Any]:
+        """Each node's kernel time inside the model (``profile_nodes``' format), the
+        median of the later half of ``runs``."""
         ...
 
     def diagnose(
@@ -588,6 +635,7 @@ class OrtBackend:
     by the wall clock, profiled by ONNX Runtime's profiler."""
 
     timer_name = ""
+    layout_glue = True
 
     def __init__(self, provider: str = "CPUExecutionProvider", threads: int = 1) -> None:
         import onnxruntime as ort
@@ -619,8 +667,10 @@ class OrtBackend:
     def timer(self, run: Callable[[], Any]) -> float:
         return wall_clock_ms(run)
 
-    def profile(self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-        return profile_nodes(data, feeds, self.threads, self.provider, **weights_of(entry))
+    def profile(
+        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+    ) -> dict[str, Any]:
+        return profile_nodes(data, feeds, self.threads, self.provider, runs, **weights_of(entry))
 
     def diagnose(
         self, run: Callable[[], Any], data: bytes, entry: dict[str, Any]
@@ -659,6 +709,8 @@ class OvBackend:
     OpenVINO's per-node performance counters."""
 
     timer_name = ""
+    #: its Reorder nodes are not yet checked against whole models: op rows as timed
+    layout_glue = False
 
     def __init__(self, threads: int = 1, precision: str = "f32") -> None:
         try:
@@ -991,7 +1043,8 @@ def _replace_rows(out: Path, rows: list[dict[str, Any]]) -> None:
     with out.open(newline="") as f:
         reader = csv.DictReader(f)
         header = list(reader.fieldnames or COLUMNS)
-        kept = [new.get(r["model_id"], r) for r in reader]
+        # a row timed again keeps what only its first timing profiled
+        kept = [{**r, **new[r["model_id"]]} if r["model_id"] in new else r for r in reader]
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
@@ -1267,6 +1320,11 @@ class _ChunkTimer:
             row["relative"] = f"{st['relative']:.6g}"
         row.update(status="ok", error="", runs=int(st["runs"]))
         row["raw_median_ms"] = row["median_ms"]
+        if entry["kind"] == "op" and profile and self.backend.layout_glue:
+            try:  # a kernel's layout glue; an op the profiler cannot run keeps its price
+                row.update(glue_split(self.backend.profile(data, feeds, entry, OP_PROFILE_RUNS)))
+            except Exception as err:  # the price stands without it
+                print(f"{row['key']}: not profiled ({err})", file=sys.stderr)
         if entry["kind"] == "calibration" and profile:
             nodes = self.backend.profile(data, feeds, entry)
             with profiles_path(self.out).open("a") as pf:

@@ -448,6 +448,7 @@ class TorchBackend:
         self.device = device
         self.provider = f"torch-{device}"
         self.timer_name = "cuda-events" if device.startswith("cuda") else ""
+        self.layout_glue = False  # eager kernels: no layout conversions between them
         self._timer: Callable[[Callable[[], Any]], float] = (
             CudaEventTimer() if device.startswith("cuda") else runner.wall_clock_ms
         )
