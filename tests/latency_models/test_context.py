@@ -62,7 +62,7 @@ def test_runner_profiles_calibration_models_and_model_picks_calibration(measured
     est = lm.predict_ops(lm.calibration_samples()[0].specs)
     # the calibration in use is the candidate (method or blend) with the lowest CV error
     assert lm.method_cv and lm.method == min(lm.method_cv, key=lm.method_cv.__getitem__)
-    assert set(lm.weights) <= {"sum", "groups", "context"}
+    assert set(lm.weights) <= {"sum", "isolated-sum", "groups", "isolated-groups", "context"}
     assert abs(sum(lm.weights.values()) - 1) < 1e-12
     assert np.isfinite(est.latency_ms) and est.latency_ms > 0
 
