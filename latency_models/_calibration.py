@@ -39,6 +39,11 @@ class Pricer(Protocol):
 
     def chain_ms(self, specs: list[OpSpec]) -> list[float]: ...
 
+    @property
+    def chains(self) -> bool:
+        """Whether any row records a layout, so chain prices differ from isolated ones."""
+        ...
+
 
 class Calibration(Protocol):
     """A way to turn op prices into whole-model latency, fitted on ``Sample``s."""
@@ -147,3 +152,11 @@ CALIBRATIONS: dict[str, Calibration] = {
         ContextCalibration(),
     )
 }
+
+
+def candidates(pricer: Pricer) -> dict[str, Calibration]:
+    """The ``CALIBRATIONS`` worth cross-validating on ``pricer``'s table: without layout
+    rows the isolated sums are the chain sums, and a tie would crowd a blend out."""
+    return {
+        name: c for name, c in CALIBRATIONS.items() if pricer.chains or getattr(c, "chain", True)
+    }

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._calibration import CALIBRATIONS, Calibration, Pricer, Sample
+from ._calibration import CALIBRATIONS, Calibration, Pricer, Sample, candidates
 from ._correction import ALPHAS as CORRECTION_ALPHAS
 from ._correction import Correction, fit_correction
 from ._ops import OpSpec
@@ -108,7 +108,7 @@ def choose(
     folds: list[Any] = []
     if len(samples) >= min_models:
         folds = list(KFold(n_splits=5, shuffle=True, random_state=0).split(samples))
-        for name, calibration in CALIBRATIONS.items():
+        for name, calibration in candidates(pricer).items():
             states = [calibration.fit(pricer, [samples[i] for i in train]) for train, _ in folds]
             if any(s is None for s in states):
                 continue

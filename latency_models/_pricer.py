@@ -11,6 +11,7 @@ transfer (``_transfer``) both price through this.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,6 +198,11 @@ class OpPricer:
             elif spec.op_type not in PASS_THROUGH:
                 pending = None
         return prices
+
+    @functools.cached_property
+    def chains(self) -> bool:
+        """Whether any row records a layout (``chain_ms`` differs from isolated prices)."""
+        return any(r.layout for r in self.table.rows)
 
     def _glue_row(self, spec: OpSpec) -> Row | None:
         """``spec``'s table row where it records a layout the op converts into."""
