@@ -186,14 +186,17 @@ class OpPricer:
         (directly, or through ``PASS_THROUGH`` ops), neither converts: the runtime keeps
         the chain in that layout and converts once where it starts and once where it
         ends (``runner.glue_split`` measures each op's share)."""
-        prices = [self.isolated_ms(s) for s in specs]
+        alone = [self.isolated_ms(s) for s in specs]
+        if not self.chains:  # a table that records no layouts: every op as it ran alone
+            return alone
+        prices = list(alone)
         pending: tuple[str, int, float] | None = None  # layout, op, its output's share
         for i, spec in enumerate(specs):
             row = self._glue_row(spec)
             if row is not None:
                 if pending is not None and pending[0] == row.layout and row.glue_in_share:
-                    prices[pending[1]] -= self.isolated_ms(specs[pending[1]]) * pending[2]
-                    prices[i] -= self.isolated_ms(spec) * row.glue_in_share
+                    prices[pending[1]] -= alone[pending[1]] * pending[2]
+                    prices[i] -= alone[i] * row.glue_in_share
                 pending = (row.layout, i, row.glue_out_share) if row.glue_out_share else None
             elif spec.op_type not in PASS_THROUGH:
                 pending = None

@@ -69,7 +69,6 @@ COLUMNS = [
     "glue_out_share",
     "layout",
 ]
-GLUE_COLUMNS = ("glue_in_share", "glue_out_share", "layout")
 #: Nodes a runtime inserts around a kernel that runs in a layout of its own (ONNX
 #: Runtime's NCHWc convolutions and pooling, its NHWC INT8 kernels, OpenVINO's
 #: blocked layouts), by the layout they convert into or out of. An op timed alone pays
