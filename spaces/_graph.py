@@ -65,24 +65,9 @@ def build_graph(model: nn.Module, example_inputs: Any) -> Graph | None:
         The graph, or None when even tracing failed (then nothing is prunable).
     """
     failed: set[Any] = set()
-    original = index_mapping.update_index_mapping
-
-    def tolerant_update(graph: Any) -> None:
-        for node in graph.module2node.values():
-            single = _SingleNodeGraph(graph, node)
-            try:
-                original(single)
-            except Exception as err:  # a mapping Torch-Pruning cannot compute
-                logger.debug("index mapping failed at %s: %r", node.name, err)
-                failed.add(node)
-
     dg = tp.DependencyGraph()
     try:
-        with (
-            warnings.catch_warnings(),
-            mock.patch.object(index_mapping, "update_index_mapping", tolerant_update),
-            torch.enable_grad(),
-        ):
+        with warnings.catch_warnings(), _tolerant_mapping(failed), torch.enable_grad():
             warnings.simplefilter("ignore")
             dg.build_dependency(model, example_inputs=example_inputs, verbose=False)
     except Exception as err:
@@ -95,6 +80,24 @@ def build_graph(model: nn.Module, example_inputs: Any) -> Graph | None:
         )
     names = {module: name for name, module in model.named_modules()}
     return Graph(dg=dg, model=model, module_names=names, failed_nodes=failed)
+
+
+def _tolerant_mapping(failed: set[Any]) -> Any:
+    """Torch-Pruning's index mapping, each node tried on its own: a node whose mapping
+    raises joins ``failed`` and the rest are mapped. Torch-Pruning maps the whole graph
+    again each time it builds a group, so every call into it goes through this."""
+    original = index_mapping.update_index_mapping
+
+    def tolerant_update(graph: Any) -> None:
+        for node in graph.module2node.values():
+            single = _SingleNodeGraph(graph, node)
+            try:
+                original(single)
+            except Exception as err:  # a mapping Torch-Pruning cannot compute
+                logger.debug("index mapping failed at %s: %r", node.name, err)
+                failed.add(node)
+
+    return mock.patch.object(index_mapping, "update_index_mapping", tolerant_update)
 
 
 class _SingleNodeGraph:
@@ -118,7 +121,8 @@ def output_channels(graph: Graph, module: nn.Module) -> int | None:
 
 def pruning_group(graph: Graph, module: nn.Module, idxs: list[int]) -> Any:
     pruner = graph.dg.get_pruner_of_module(module)
-    return graph.dg.get_pruning_group(module, pruner.prune_out_channels, idxs)
+    with _tolerant_mapping(graph.failed_nodes):
+        return graph.dg.get_pruning_group(module, pruner.prune_out_channels, idxs)
 
 
 def channel_groups(graph: Graph, group: Any) -> int:

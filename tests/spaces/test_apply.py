@@ -169,10 +169,9 @@ def test_torchvision_random_plans(name: str, tmp_path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         space = discover(model, x, SpaceOptions(round_to=8))
-    if name != "shufflenet_v2_x1_0":
-        assert len(space.groups) > 10
+    assert len(space.groups) > 10
     base = model_cost(model, CompressionPlan(), x)
-    for seed in range(20):
+    for seed in range(10):
         plan = space.sample(seed)
         small = apply_plan(model, plan, x)
         with torch.no_grad():

@@ -107,15 +107,28 @@ def test_bad_options_are_clear() -> None:
         SpaceOptions(include=("(",))
 
 
-def test_unprunable_model_still_gets_a_space() -> None:
+def test_a_channel_shuffle_model_prunes_inside_its_blocks() -> None:
+    """Torch-Pruning cannot map channels through ShuffleNet's channel shuffle (it divides
+    by zero, again at every group it builds): the groups the shuffle reshapes are left
+    out, the rest of each block (its first 1x1 conv and the depthwise conv it feeds) is
+    pruned, and the pruned model runs."""
     import torchvision
 
+    from frontier.spaces import CompressionPlan, apply_plan
+
     model = torchvision.models.shufflenet_v2_x0_5(num_classes=10).eval()
+    x = torch.randn(1, 3, 32, 32)
     with pytest.warns(UserWarning, match="left out of pruning"):
-        space = discover(model, torch.randn(1, 3, 32, 32))
-    assert space.layers, "quantization dimensions remain"
-    assert space.skipped
-    assert isinstance(model, nn.Module)
+        space = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5)))
+    names = {g.name for g in space.groups}
+    assert {"stage2.1.branch2.0", "stage3.4.branch2.0", "stage4.0.branch2.0"} <= names
+    assert "stage2.1.branch2.5" in {s.name for s in space.skipped}  # through the shuffle
+    plan = CompressionPlan(prune={g.name: 0.5 for g in space.groups})
+    small = apply_plan(model, plan, x)
+    with torch.no_grad():
+        assert small(x).shape == (1, 10)
+    inner = small.stage2[1].branch2[0]
+    assert inner.out_channels < model.stage2[1].branch2[0].out_channels
 
 
 def test_sparsity_dimension(mlp) -> None:
