@@ -207,6 +207,11 @@ def _study(
     return study
 
 
+#: how far a table's uncompressed model may be off a fresh timing of it before the search
+#: says so (or the table's noise band, where wider); a quiet machine stays within 5%
+SPEED_TOLERANCE = 0.15
+
+
 def baseline(
     study: Any, evaluation: TrialRunner, constraints: list[Constraint]
 ) -> tuple[dict[str, float], list[Constraint]]:
@@ -231,6 +236,8 @@ def baseline(
                 "baseline latency on %s: measured %s, beside every row of its table "
                 "(speed-ups are against it)", device, when,
             )  # fmt: skip
+    for line in speed_check(evaluation):
+        logger.warning(line)
     for was, now in zip(constraints, resolved, strict=True):
         if str(was) != str(now):
             logger.info("constraint %s -> %s", was, now)
@@ -238,6 +245,48 @@ def baseline(
         for line in slow_pruning(evaluation.space, evaluation.setup.latency, evaluation.teacher):
             logger.warning(line)
     return values, resolved
+
+
+def speed_check(evaluation: TrialRunner) -> list[str]:
+    """A line per device of this machine whose table's uncompressed model is off a fresh
+    timing of it now by more than the table's noise band (and ``SPEED_TOLERANCE``): the
+    machine ran at another speed while the table was built (another job on its cores),
+    and every latency in ms the table states carries that offset. Speed-ups, measured
+    beside the uncompressed model, do not. Costs one export and about a second."""
+    from frontier.latency_models import local_device, measure_models, whole_model_bytes
+    from frontier.spaces import CompressionPlan
+
+    lines = []
+    for device, lm in evaluation.setup.latency.items():
+        here, table = local_device(device), evaluation.tables.get(device)
+        if here is None or table is None or here.unavailable():
+            continue  # a device elsewhere: its runner times it
+        stated = lm.predict(evaluation.teacher, CompressionPlan())
+        if not stated.measured_at:
+            continue  # a few-shot or derived table states no measurement of its own
+        meta = table.device_meta
+        try:
+            data = whole_model_bytes(
+                evaluation.teacher, CompressionPlan(), evaluation.example,
+                half=meta.half, qdq=meta.int8_qdq,
+            )  # fmt: skip
+            now_ms = measure_models([data], device=here)[0]
+        except Exception as err:  # a check, not a step the search needs
+            logger.info("%s: the uncompressed model was not timed again (%s)", device, err)
+            continue
+        off = stated.latency_ms / now_ms - 1
+        band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
+        if abs(off) > band:
+            where = f"remove {table.path.parent} and" if table.path else "measure it again"
+            lines.append(
+                f"{device}: the uncompressed model runs in {now_ms:.4g} ms now; its table "
+                f"says {stated.latency_ms:.4g} ms ({off:+.0%}, beyond its {band:.0%} noise "
+                "band): this machine ran at another speed while the table was built "
+                "(another job on its cores?). Latencies in ms carry that offset; speed-ups "
+                f"and the ranking do not. For ms that hold, {where} run again on a quiet "
+                "machine"
+            )
+    return lines
 
 
 def under_trained(evaluation: TrialRunner, plan: Mapping[str, Any], rung: int, value: float) -> str:
