@@ -170,7 +170,10 @@ def iter_groups(graph: Graph) -> Iterator[tuple[GraphGroup | None, str, str | No
             group = pruning_group(graph, module, list(range(channels)))
         except Exception as err:
             visited.add(module)
-            yield None, root_name, f"Torch-Pruning cannot group it ({type(err).__name__}: {err})"
+            why = f"{type(err).__name__}: {err}"
+            if graph.failed_nodes:  # most likely where its channels meet that reshape
+                why += "; its channels may meet a reshape whose mapping failed"
+            yield None, root_name, f"Torch-Pruning cannot group it ({why})"
             continue
         members: list[str] = []
         reaches_output = False
