@@ -277,14 +277,18 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
         off = stated.latency_ms / now_ms - 1
         band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
         if abs(off) > band:
-            where = f"remove {table.path.parent} and" if table.path else "measure it again"
+            where = (
+                f"remove {table.path.parent} and run again to measure it anew"
+                if table.path
+                else "measure the table again"
+            )
             lines.append(
-                f"{device}: the uncompressed model runs in {now_ms:.4g} ms now; its table "
-                f"says {stated.latency_ms:.4g} ms ({off:+.0%}, beyond its {band:.0%} noise "
-                "band): this machine ran at another speed while the table was built "
-                "(another job on its cores?). Latencies in ms carry that offset; speed-ups "
-                f"and the ranking do not. For ms that hold, {where} run again on a quiet "
-                "machine"
+                f"{device}: the uncompressed model runs in {now_ms:.4g} ms now; its table, "
+                f"measured {stated.measured_at[:16]}, says {stated.latency_ms:.4g} ms, "
+                f"{abs(off):.0%} {'less' if off < 0 else 'more'} (beyond its {band:.0%} noise "
+                "band): this machine's speed has changed since (another job on its cores, "
+                "a shared or throttled CPU). Latencies in ms carry that difference; speed-ups "
+                f"and the ranking do not. Where it persists on a quiet machine, {where}"
             )
     return lines
 

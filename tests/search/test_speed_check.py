@@ -44,9 +44,9 @@ def test_a_table_built_at_another_speed_is_named_with_both_timings() -> None:
     lines = speed_check(ev)  # type: ignore[arg-type]
     assert len(lines) == 1
     assert lines[0].startswith("local-cpu: the uncompressed model runs in ")
-    assert "its table says 50 ms (+" in lines[0]
-    assert "beyond its 15% noise band" in lines[0]
-    assert "remove /store/local-cpu and run again" in lines[0]
+    assert "its table, measured 2026-11-28T12:00, says 50 ms, " in lines[0]
+    assert "% more (beyond its 15% noise band)" in lines[0]
+    assert lines[0].endswith("remove /store/local-cpu and run again to measure it anew")
 
 
 def test_a_table_that_matches_this_machine_or_is_not_here_says_nothing() -> None:
