@@ -612,6 +612,18 @@ def first_table_section(runs: dict[str, Any]) -> list[str]:
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
 
+def _own_verdict(members_met: bool, first_trial_s: float | None) -> str:
+    """Both targets of an own-model run: the compressed members, the first trial."""
+    late = first_trial_s is not None and first_trial_s > 300
+    if members_met and not late:
+        return "met"
+    return (
+        "MISSED ("
+        + ", ".join(w for w, miss in (("members", not members_met), ("first trial", late)) if miss)
+        + ")"
+    )
+
+
 def own_models_section(runs: list[dict[str, Any]]) -> list[str]:
     """``bench_own_model.py``'s runs (``own-model-*.json``): a user's own model with the
     default config, 30 trials; the target is 3 compressed front members within the
@@ -638,10 +650,12 @@ def own_models_section(runs: list[dict[str, Any]]) -> list[str]:
             f"{r['baseline']['accuracy']:.4f} | {r['accuracy_bound']:.4f} | "
             f"{r['compressed_members']} ({r['compressed_members_at_full_rung']}) | {within} | "
             f"{'-' if first is None else f'{first:.0f} s ({train:.0f} s)'} | "
-            f"{r['wall_s']:.0f} s | {'met' if r['met'] else 'MISSED'} |"
+            f"{r['wall_s']:.0f} s | {_own_verdict(r['met'], first)} |"
         )
         if r.get("partial"):
             notes.append(f"{r['config']}: partial run, {r['partial']}")
+        if r.get("note"):
+            notes.append(f"{r['config']}: {r['note']}")
         notes += [f"{r['config']}: {n.removeprefix('frontier: ')}" for n in r["promotion_notes"]]
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
