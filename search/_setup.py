@@ -252,7 +252,9 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
     timing of it now by more than the table's noise band (and ``SPEED_TOLERANCE``): the
     machine ran at another speed while the table was built (another job on its cores),
     and every latency in ms the table states carries that offset. Speed-ups, measured
-    beside the uncompressed model, do not. Costs one export and about a second."""
+    beside the uncompressed model, do not. Costs one export and about a second (timed
+    twice where the first timing is off, and the closer one kept: a passing spell of
+    another job is not the table's fault)."""
     from frontier.latency_models import local_device, measure_models, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
@@ -270,12 +272,15 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
                 evaluation.teacher, CompressionPlan(), evaluation.example,
                 half=meta.half, qdq=meta.int8_qdq,
             )  # fmt: skip
+            band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
             now_ms = measure_models([data], device=here)[0]
+            if abs(stated.latency_ms / now_ms - 1) > band:  # a passing spell, or lasting?
+                again = measure_models([data], device=here)[0]
+                now_ms = min(now_ms, again, key=lambda ms: abs(stated.latency_ms / ms - 1))
         except Exception as err:  # a check, not a step the search needs
             logger.info("%s: the uncompressed model was not timed again (%s)", device, err)
             continue
         off = stated.latency_ms / now_ms - 1
-        band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
         if abs(off) > band:
             where = (
                 f"remove {table.path.parent} and run again to measure it anew"
