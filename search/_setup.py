@@ -250,11 +250,11 @@ def baseline(
 def speed_check(evaluation: TrialRunner) -> list[str]:
     """A line per device of this machine whose table's uncompressed model is off a fresh
     timing of it now by more than the table's noise band (and ``SPEED_TOLERANCE``): the
-    machine ran at another speed while the table was built (another job on its cores),
-    and every latency in ms the table states carries that offset. Speed-ups, measured
-    beside the uncompressed model, do not. Costs one export and about a second (timed
-    twice where the first timing is off, and the closer one kept: a passing spell of
-    another job is not the table's fault)."""
+    machine's speed has changed since the table was built (another job on its cores, a
+    shared or throttled CPU), and every latency in ms the table states carries that
+    difference. Speed-ups, measured beside the uncompressed model, do not. Costs one
+    export and about a second (timed twice where the first timing is off, and the closer
+    one kept: a passing spell of another job is not the table's fault)."""
     from frontier.latency_models import local_device, measure_models, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
@@ -267,12 +267,12 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
         if not stated.measured_at:
             continue  # a few-shot or derived table states no measurement of its own
         meta = table.device_meta
+        band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
         try:
             data = whole_model_bytes(
                 evaluation.teacher, CompressionPlan(), evaluation.example,
                 half=meta.half, qdq=meta.int8_qdq,
             )  # fmt: skip
-            band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
             now_ms = measure_models([data], device=here)[0]
             if abs(stated.latency_ms / now_ms - 1) > band:  # a passing spell, or lasting?
                 again = measure_models([data], device=here)[0]

@@ -1,5 +1,5 @@
 """A search says when its local table's uncompressed model is off a fresh timing of it:
-the table was built while the machine ran at another speed."""
+the machine's speed has changed since the table was built."""
 
 from pathlib import Path
 from types import SimpleNamespace
