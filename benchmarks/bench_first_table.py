@@ -6,7 +6,7 @@ table first, and the baseline cache given (``--cache``: a user's trained model i
 usually there already; a fresh folder trains it in the run). It watches the study
 journal, stops the search (SIGINT, as Ctrl-C) once the first trial has finished, and
 records the wall time to that moment beside what the search printed on its way (ops,
-calibration models, the progress lines).
+calibration models, the progress lines), each line stamped with the seconds since launch.
 
 Writes one entry per config into ``benchmarks/report-logs/first-table.json``.
 
@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,17 @@ def first_trial_s(journal: Path, started: float, proc: subprocess.Popen[str]) ->
     return None
 
 
+#: the lines kept from what the search printed (and every "... models:" progress line)
+SAID = ("measuring", "calibration:", "frontier: baseline", "epoch", "table.csv:", "frontier: study")
+
+
+def _stamp(proc: subprocess.Popen[str], started: float, lines: list[str]) -> None:
+    """Each line ``proc`` prints to stderr, as ``[SECONDS s] line`` from ``started``."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(f"[{time.perf_counter() - started:.0f} s] {line.rstrip()}")
+
+
 def run(config: Path, pythonpath: Path, cache: Path, overrides: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="frontier-first-table-") as tmp:
         work = Path(tmp)
@@ -59,35 +71,31 @@ def run(config: Path, pythonpath: Path, cache: Path, overrides: list[str]) -> di
         }
         sets = [a for o in overrides for a in ("--set", o)]
         cmd = [sys.executable, "-m", "frontier.search.cli", "search", str(config), *sets]
-        log = work / "search.log"
         started = time.perf_counter()
-        with log.open("w") as err:
-            proc = subprocess.Popen(
-                [*cmd, "--no-progress"], cwd=work, env=env, stdout=subprocess.DEVNULL,
-                stderr=err, text=True,
-            )  # fmt: skip
+        proc = subprocess.Popen(
+            [*cmd, "--no-progress"], cwd=work, env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        lines: list[str] = []  # each stamped with the seconds since launch
+        reader = threading.Thread(target=_stamp, args=(proc, started, lines), daemon=True)
+        reader.start()
+        try:
+            took = first_trial_s(work / "frontier-optuna.journal", started, proc)
+        finally:
+            proc.send_signal(signal.SIGINT)
             try:
-                took = first_trial_s(work / "frontier-optuna.journal", started, proc)
-            finally:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-        lines = log.read_text().splitlines()
-    said = [
-        line
-        for line in lines
-        if line.startswith(("measuring", "calibration:", "frontier: baseline", "epoch"))
-        or "models:" in line
-    ]
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            reader.join(timeout=10)
+    said = [line for line in lines if line.split("] ", 1)[-1].startswith(SAID) or "models:" in line]
     return {
         "config": str(config.relative_to(HERE.parent))
         if config.is_relative_to(HERE.parent)
         else str(config),
         "overrides": overrides,
         "first_trial_s": None if took is None else round(took, 1),
-        "said": said[-12:],
+        "said": said[-16:],
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
     }

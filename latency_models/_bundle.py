@@ -43,6 +43,20 @@ OVERHEAD_REPEATS = 7
 CALIBRATION_MODELS = 60
 SMALL_MODEL_CALIBRATION_MODELS = 200
 SMALL_MODEL_MACS = 10_000_000
+#: a calibration budget never cuts a table below this many models (the per-op
+#: correction needs many more: on a MobileNetV3 space, 90 models gave random plans 6.6%
+#: MAPE and 200 gave 2.8%; benchmarks/REPORT.md, "A first table in minutes")
+BUDGET_MIN_MODELS = 30
+#: a small model's ``SMALL_MODEL_CALIBRATION_MODELS`` are as many as fit this many
+#: seconds of building and timing, and at least ``CALIBRATION_MODELS``, unless a count
+#: or a budget is given (``small_model_budget``): the count assumes models that build
+#: and time in milliseconds, and ShuffleNetV2 x0.5's 200 took about 6 min here (its
+#: first trial 600 s after launch; with 90 s, 86 models and 315 s; benchmarks/REPORT.md)
+SMALL_MODEL_CALIBRATION_S = 60.0
+#: runs of a calibration model's layer-by-layer profile (``Backend.profile``'s default)
+PROFILE_RUNS = 30
+
+
 #: Calibration models of a few-shot bundle: they choose and scale the transfer.
 FEW_SHOT_WHOLE_MODELS = 10
 
@@ -88,6 +102,7 @@ def write_bundle(
     calibration: int | None = None,
     calibration_data: Any = None,
     calibration_budget_s: float | None = None,
+    calibration_at_least: int = BUDGET_MIN_MODELS,
     name: str = "",
     progress: Callable[[str, int, int, float], None] = _progress,
     ops: SpaceOps | None = None,
@@ -119,7 +134,7 @@ def write_bundle(
     With ``calibration_budget_s`` (and ``calibration`` left to its default), the
     calibration models are as many as fit that many seconds of building and timing,
     estimated on the first three (``_within_budget``), and at least
-    ``BUDGET_MIN_MODELS``: a first table of a slow-to-build space in minutes.
+    ``calibration_at_least``: a first table of a slow-to-build space in minutes.
 
     Every model's large weights are left out (``strip_weights``) and drawn by the runner
     from the seed its manifest entry names.
@@ -145,7 +160,7 @@ def write_bundle(
         writer.baseline(whole_model_bytes(model, CompressionPlan(), example_inputs, None))
         writer.ops(measured_ops)
         whole = _Whole(model, example_inputs, timing_calibration(calibration_data), half, qdq)
-        whole.write(writer, space, calibration, validation, budget_s)
+        whole.write(writer, space, calibration, validation, budget_s, calibration_at_least)
         manifest = {
             "format": BUNDLE_FORMAT,
             "version": BUNDLE_VERSION,
@@ -200,12 +215,14 @@ class _Whole:
         calibration: int,
         validation: int,
         budget_s: float | None,
+        at_least: int = 0,
     ) -> None:
-        """The calibration models (as many as fit ``budget_s`` where given) and the
-        validation models, built in forked processes (``build_whole``)."""
+        """The calibration models (as many as fit ``budget_s`` where given, at least
+        ``at_least``) and the validation models, built in forked processes
+        (``build_whole``)."""
         built: dict[int, bytes] = {}  # by seed: models timed for the budget, kept
-        if budget_s is not None and calibration > BUDGET_MIN_MODELS:
-            calibration = _within_budget(space, calibration, budget_s, built, self.one)
+        if budget_s is not None and calibration > at_least:
+            calibration = _within_budget(space, calibration, budget_s, built, self.one, at_least)
         validation_plans = [
             (VALIDATION_SEED0 + i, space.sample(VALIDATION_SEED0 + i)) for i in range(validation)
         ]
@@ -341,12 +358,43 @@ class _Writer:
             self.progress(kind, i + 1, len(plans), start)
 
 
-#: a calibration budget never cuts a table below this many models (the per-op
-#: correction needs many more: on a MobileNetV3 space, 90 models gave random plans 6.6%
-#: MAPE and 200 gave 2.8%; benchmarks/REPORT.md, "A first table in minutes")
-BUDGET_MIN_MODELS = 30
-#: seconds a model's timing adds to its build, for the budget
-MEASURE_S_PER_MODEL = 0.1
+def small_model_budget(found: SpaceOps) -> tuple[float | None, int]:
+    """The calibration budget (s) and the fewest models it may keep, for a table whose
+    count and budget were left to their defaults: ``SMALL_MODEL_CALIBRATION_S`` and
+    ``CALIBRATION_MODELS`` for a small model (``default_calibration``), else none."""
+    if default_calibration(found) == SMALL_MODEL_CALIBRATION_MODELS:
+        return SMALL_MODEL_CALIBRATION_S, CALIBRATION_MODELS
+    return None, BUDGET_MIN_MODELS
+
+
+def measure_s(data: bytes) -> float:
+    """Seconds the runner spends on one calibration model like ``data`` on one CPU
+    thread: opening its session twice (timing and profile), the protocol's warm-up and
+    rounds (``runner.time_models``: ``ROUNDS`` visits of ``ROUND_S``, between
+    ``MIN_ROUND_RUNS`` and ``MAX_ROUND_RUNS`` runs), and ``PROFILE_RUNS`` profiled
+    runs, from the time to open it and a few runs of it here."""
+    from .runner import (
+        MAX_ROUND_RUNS,
+        MIN_ROUND_RUNS,
+        ROUND_S,
+        ROUND_WARMUP_RUNS,
+        ROUNDS,
+        WARMUP_RUNS,
+        open_session,
+        session_options,
+    )
+
+    start = time.perf_counter()
+    run, _ = open_session(data, session_options(1))
+    run()
+    open_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(5):
+        run()
+    run_s = (time.perf_counter() - start) / 5
+    visit_s = max(MIN_ROUND_RUNS * run_s, min(ROUND_S, MAX_ROUND_RUNS * run_s))
+    rounds_s = ROUNDS * (ROUND_WARMUP_RUNS * run_s + visit_s)
+    return 2 * open_s + (WARMUP_RUNS + PROFILE_RUNS) * run_s + rounds_s
 
 
 def _within_budget(
@@ -355,22 +403,32 @@ def _within_budget(
     budget_s: float,
     built: dict[int, bytes],
     build: Callable[[CompressionPlan], bytes],
+    at_least: int = BUDGET_MIN_MODELS,
 ) -> int:
     """How many of ``count`` calibration models fit ``budget_s`` seconds, building and
-    timing (at least ``BUDGET_MIN_MODELS``): the first three of the list (corners, in
-    every list this long) are built and timed, and kept in ``built`` by seed."""
-    first = calibration_plans(space, count, CALIBRATION_SEED0)[:3]
+    timing (at least ``at_least``), estimated on three of them: the first of the list (a
+    corner, first in every list), one from its middle and its last (drawn plans; the
+    corners of an unpruned FP32 model build faster than the rest). They are built and
+    kept in ``built`` by seed, and their measuring estimated (``measure_s``; each chunk
+    of ``CHUNK_MODELS`` also times the uncompressed model)."""
+    from .runner import CHUNK_MODELS
+
+    plans = calibration_plans(space, count, CALIBRATION_SEED0)
+    first = [plans[0], plans[len(plans) // 2], plans[-1]]
     start = time.perf_counter()
     for seed, plan in first:
         built[seed] = build(plan)
     workers = min(os.cpu_count() or 1, BUILD_WORKERS)  # as ``build_whole`` builds the rest
-    per_model_s = (time.perf_counter() - start) / len(first) / workers + MEASURE_S_PER_MODEL
-    fits = max(BUDGET_MIN_MODELS, int(budget_s / per_model_s))
+    build_s = (time.perf_counter() - start) / len(first) / workers
+    timing_s = sum(measure_s(built[seed]) for seed, _ in first) / len(first)
+    per_model_s = build_s + timing_s * (1 + 1 / CHUNK_MODELS)
+    fits = max(at_least, int(budget_s / per_model_s))
     if fits < count:
         print(
-            f"calibration: {fits} of {count} whole models ({per_model_s:.1f} s each fits a "
-            f"{budget_s:.0f} s budget, local_table.calibration_budget_s); each search's "
-            "measured front joins them (tracking.learn_front)",
+            f"calibration: {fits} of {count} whole models (each {build_s:.1f} s to build "
+            f"and {timing_s:.1f} s to time: a {budget_s:.0f} s budget, "
+            "local_table.calibration_budget_s); each search's measured front joins them "
+            "(tracking.learn_front)",
             file=sys.stderr,
         )
     return min(fits, count)

@@ -21,7 +21,14 @@ from torch import nn
 
 from frontier.spaces import SearchSpace
 
-from ._bundle import _progress, default_calibration, space_ops, write_bundle
+from ._bundle import (
+    BUDGET_MIN_MODELS,
+    _progress,
+    default_calibration,
+    small_model_budget,
+    space_ops,
+    write_bundle,
+)
 from ._devices import CPU_1T, LOCAL_CPU, LocalDevice, local_device, local_names
 from ._model import LatencyModel
 from ._sparse import measure_sparse_rows, sparse_variants
@@ -124,6 +131,11 @@ def ensure_local_table(
     When the space searches unstructured sparsity, its sparse FP32 convolutions and
     linear layers also get sparse-kernel rows (PyTorch CSR matmul, ``_sparse``).
 
+    Its calibration models are ``calibration``, else as many of the default count as
+    fit ``calibration_budget_s``; with neither, a small model's 200 are as many as fit
+    ``SMALL_MODEL_CALIBRATION_S`` (at least 60: ``small_model_budget``), so a model
+    whose whole models build slowly still gets its first table in minutes.
+
     Every row is timed by the runner's protocol (``runner.time_models``), in
     milliseconds of this machine as it ran; a stored table timed by another protocol
     is measured again in full.
@@ -179,6 +191,9 @@ def _measure_ops(
     calibration_budget_s: float | None,
 ) -> DeviceTable:
     count = calibration if calibration is not None else default_calibration(found)
+    at_least = BUDGET_MIN_MODELS
+    if calibration is None and calibration_budget_s is None:
+        calibration_budget_s, at_least = small_model_budget(found)
     budget = ""
     if calibration is None and calibration_budget_s:
         budget = f" (or as many as {calibration_budget_s:.0f} s allow)"
@@ -198,6 +213,7 @@ def _measure_ops(
             calibration=calibration,
             calibration_data=calibration_data,
             calibration_budget_s=calibration_budget_s,
+            calibration_at_least=at_least,
             name=name,
             ops=found,
             batch_size=device.batch_size,

@@ -198,12 +198,14 @@ DeviceEntry = Annotated[
 class LocalTableSection(_Section):
     """How ``local-cpu`` tables are measured the first time a search targets them."""
 
-    #: None: 200 for a model of at most 10 M MACs, else 60 (``default_calibration``)
+    #: None: 200 for a model of at most 10 M MACs (as many as 60 s of building and
+    #: timing allow, at least 60), else 60 (``default_calibration``); a count is kept
     calibration: int | None = Field(default=None, ge=0)
     #: when ``calibration`` is None, at most this many seconds of building and timing
     #: calibration models (at least 30 models). A quicker first table, at a cost: on a
     #: MobileNetV3 space, 60 s kept 90 of 200 models and random plans went from 2.8% to
-    #: 6.6% MAPE (benchmarks/REPORT.md, "A first table in minutes"); None: no budget
+    #: 6.6% MAPE (benchmarks/REPORT.md, "A first table in minutes"); None: the default
+    #: above (``calibration: 200`` for all 200 whatever they take)
     calibration_budget_s: float | None = Field(default=None, gt=0)
     #: the timing protocol's rounds and seconds per visit (``runner.time_models``)
     rounds: int = Field(default=ROUNDS, ge=1)

@@ -1,5 +1,6 @@
 """A first table's calibration within a time budget: as many whole models as fit, at
-least ``BUDGET_MIN_MODELS``, the same seeded plans as a bundle of that many."""
+least ``BUDGET_MIN_MODELS`` (a small model's default: at least ``CALIBRATION_MODELS``),
+the same seeded plans as a bundle of that many, the budget spent as estimated."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import zipfile
 
 from frontier.latency_models import write_bundle
-from frontier.latency_models._bundle import BUDGET_MIN_MODELS
+from frontier.latency_models._bundle import BUDGET_MIN_MODELS, CALIBRATION_MODELS, measure_s
 from frontier.latency_models._corners import calibration_plans
 from frontier.latency_models._whole import timing_calibration
 
@@ -61,3 +62,40 @@ def test_timing_calibration_is_one_small_batch() -> None:
     ids = timing_calibration([({"input_ids": torch.zeros(64, 12)}, torch.zeros(64))])
     assert ids[0][0]["input_ids"].shape == (8, 12)
     assert timing_calibration(None) is None and timing_calibration([]) is None
+
+
+def test_a_small_models_first_table_keeps_at_least_60(mlp_setup, store, monkeypatch, capsys):
+    """A search's first local-cpu table of a small model, count and budget left to
+    their defaults, keeps as many of its 200 calibration models as fit the small-model
+    budget: here none fit, and it keeps 60."""
+    from frontier.latency_models import _bundle, ensure_local_table
+
+    _, model, x, space = mlp_setup
+    monkeypatch.setattr(_bundle, "SMALL_MODEL_CALIBRATION_S", 0.01)
+    table = ensure_local_table(model, x, space, store=store, calibration_data=[x])
+    assert "calibration: 60 of 200 whole models" in capsys.readouterr().err
+    assert len(table.whole_models("calibration")) == CALIBRATION_MODELS
+
+
+def test_the_estimate_is_the_time_the_runner_spends(mlp_setup) -> None:
+    """``measure_s`` of a whole model is within a factor of 3 of what timing it by the
+    protocol and profiling it take (the budget's estimate of each model's measuring)."""
+    import time
+
+    from frontier.latency_models._whole import whole_model_bytes
+    from frontier.latency_models.runner import (
+        open_session,
+        profile_nodes,
+        session_options,
+        time_models,
+    )
+
+    _, model, x, space = mlp_setup
+    data = whole_model_bytes(model, space.sample(3), x)
+    estimate = measure_s(data)
+    start = time.perf_counter()
+    run, feeds = open_session(data, session_options(1))
+    time_models([run])
+    profile_nodes(data, feeds, 1, "CPUExecutionProvider")
+    took = time.perf_counter() - start
+    assert took / 3 < estimate < took * 3

@@ -6,7 +6,14 @@ import torch
 
 from frontier.experiments import DigitsTask
 from frontier.latency_models import build_onnx, plan_ops, space_ops
-from frontier.latency_models._bundle import TEACHER, default_calibration
+from frontier.latency_models._bundle import (
+    BUDGET_MIN_MODELS,
+    CALIBRATION_MODELS,
+    SMALL_MODEL_CALIBRATION_S,
+    TEACHER,
+    default_calibration,
+    small_model_budget,
+)
 from frontier.latency_models._op_models import op_model_bytes
 from frontier.latency_models._ops import INT8_FP32_ADD
 from frontier.latency_models._whole import whole_model_bytes
@@ -243,3 +250,7 @@ def test_small_models_get_more_calibration_models(ops) -> None:
     x = torch.randn(1, 3, 224, 224)
     space = discover(model, x, SpaceOptions(prune_ratios=(0.0,), weight_bits=(32,)))
     assert default_calibration(space_ops(model, x, space)) == 60
+    # a search's first table keeps as many of the 200 as fit its time, never below 60;
+    # the 60 of a larger model are all kept
+    assert small_model_budget(ops) == (SMALL_MODEL_CALIBRATION_S, CALIBRATION_MODELS)
+    assert small_model_budget(space_ops(model, x, space)) == (None, BUDGET_MIN_MODELS)
