@@ -53,8 +53,6 @@ BUDGET_MIN_MODELS = 30
 #: and time in milliseconds, and ShuffleNetV2 x0.5's 200 took about 6 min here (its
 #: first trial 600 s after launch; with 90 s, 86 models and 315 s; benchmarks/REPORT.md)
 SMALL_MODEL_CALIBRATION_S = 60.0
-#: runs of a calibration model's layer-by-layer profile (``Backend.profile``'s default)
-PROFILE_RUNS = 30
 
 
 #: Calibration models of a few-shot bundle: they choose and scale the transfer.
@@ -133,7 +131,7 @@ def write_bundle(
 
     With ``calibration_budget_s`` (and ``calibration`` left to its default), the
     calibration models are as many as fit that many seconds of building and timing,
-    estimated on the first three (``_within_budget``), and at least
+    estimated on three of them (``_within_budget``), and at least
     ``calibration_at_least``: a first table of a slow-to-build space in minutes.
 
     Every model's large weights are left out (``strip_weights``) and drawn by the runner
@@ -215,7 +213,7 @@ class _Whole:
         calibration: int,
         validation: int,
         budget_s: float | None,
-        at_least: int = 0,
+        at_least: int,
     ) -> None:
         """The calibration models (as many as fit ``budget_s`` where given, at least
         ``at_least``) and the validation models, built in forked processes
@@ -367,60 +365,31 @@ def small_model_budget(found: SpaceOps) -> tuple[float | None, int]:
     return None, BUDGET_MIN_MODELS
 
 
-def measure_s(data: bytes) -> float:
-    """Seconds the runner spends on one calibration model like ``data`` on one CPU
-    thread: opening its session twice (timing and profile), the protocol's warm-up and
-    rounds (``runner.time_models``: ``ROUNDS`` visits of ``ROUND_S``, between
-    ``MIN_ROUND_RUNS`` and ``MAX_ROUND_RUNS`` runs), and ``PROFILE_RUNS`` profiled
-    runs, from the time to open it and a few runs of it here."""
-    from .runner import (
-        MAX_ROUND_RUNS,
-        MIN_ROUND_RUNS,
-        ROUND_S,
-        ROUND_WARMUP_RUNS,
-        ROUNDS,
-        WARMUP_RUNS,
-        open_session,
-        session_options,
-    )
-
-    start = time.perf_counter()
-    run, _ = open_session(data, session_options(1))
-    run()
-    open_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(5):
-        run()
-    run_s = (time.perf_counter() - start) / 5
-    visit_s = max(MIN_ROUND_RUNS * run_s, min(ROUND_S, MAX_ROUND_RUNS * run_s))
-    rounds_s = ROUNDS * (ROUND_WARMUP_RUNS * run_s + visit_s)
-    return 2 * open_s + (WARMUP_RUNS + PROFILE_RUNS) * run_s + rounds_s
-
-
 def _within_budget(
     space: SearchSpace,
     count: int,
     budget_s: float,
     built: dict[int, bytes],
     build: Callable[[CompressionPlan], bytes],
-    at_least: int = BUDGET_MIN_MODELS,
+    at_least: int,
 ) -> int:
     """How many of ``count`` calibration models fit ``budget_s`` seconds, building and
     timing (at least ``at_least``), estimated on three of them: the first of the list (a
     corner, first in every list), one from its middle and its last (drawn plans; the
     corners of an unpruned FP32 model build faster than the rest). They are built and
-    kept in ``built`` by seed, and their measuring estimated (``measure_s``; each chunk
-    of ``CHUNK_MODELS`` also times the uncompressed model)."""
-    from .runner import CHUNK_MODELS
+    kept in ``built`` by seed, and their measuring estimated
+    (``runner.calibration_measure_s``; each chunk of ``CHUNK_MODELS`` also times the
+    uncompressed model)."""
+    from .runner import CHUNK_MODELS, calibration_measure_s
 
     plans = calibration_plans(space, count, CALIBRATION_SEED0)
-    first = [plans[0], plans[len(plans) // 2], plans[-1]]
+    sampled = [plans[0], plans[len(plans) // 2], plans[-1]]
     start = time.perf_counter()
-    for seed, plan in first:
+    for seed, plan in sampled:
         built[seed] = build(plan)
     workers = min(os.cpu_count() or 1, BUILD_WORKERS)  # as ``build_whole`` builds the rest
-    build_s = (time.perf_counter() - start) / len(first) / workers
-    timing_s = sum(measure_s(built[seed]) for seed, _ in first) / len(first)
+    build_s = (time.perf_counter() - start) / len(sampled) / workers
+    timing_s = sum(calibration_measure_s(built[seed]) for seed, _ in sampled) / len(sampled)
     per_model_s = build_s + timing_s * (1 + 1 / CHUNK_MODELS)
     fits = max(at_least, int(budget_s / per_model_s))
     if fits < count:

@@ -82,6 +82,8 @@ LAYOUT_GLUE = {
 }
 #: runs an op model's profile takes (the later half is kept): enough for shares
 OP_PROFILE_RUNS = 10
+#: runs a calibration model's layer-by-layer profile takes (``Backend.profile``)
+CALIBRATION_PROFILE_RUNS = 30
 
 #: The one timing protocol (``time_models``). Every latency Frontier reports (table
 #: rows, calibration and validation models, ``lut validate``, ``frontier pick``, the
@@ -247,6 +249,24 @@ def time_models(
             }
         )
     return out
+
+
+def calibration_measure_s(data: bytes) -> float:
+    """Seconds a bundle's measuring spends on one calibration model like ``data`` on one
+    CPU thread: opening its session twice (timing and profile), the protocol's warm-up
+    and rounds as ``time_models`` runs them, and ``CALIBRATION_PROFILE_RUNS`` profiled
+    runs, from the time to open it and a few runs of it here."""
+    start = time.perf_counter()
+    run, _ = open_session(data, session_options(1))
+    run()
+    open_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(5):
+        run()
+    run_s = (time.perf_counter() - start) / 5
+    visit_s = max(MIN_ROUND_RUNS * run_s, min(ROUND_S, MAX_ROUND_RUNS * run_s))
+    rounds_s = ROUNDS * (ROUND_WARMUP_RUNS * run_s + visit_s)
+    return 2 * open_s + (WARMUP_RUNS + CALIBRATION_PROFILE_RUNS) * run_s + rounds_s
 
 
 #: a chunk whose uncompressed model ran this much off its median over the table ran
@@ -555,7 +575,7 @@ def profile_nodes(
     feeds: dict[str, Any],
     threads: int,
     provider: str,
-    runs: int = 30,
+    runs: int = CALIBRATION_PROFILE_RUNS,
     *,
     weights: list[Any] | None = None,
     weights_seed: int = 0,
@@ -615,7 +635,11 @@ class Backend(Protocol):
         ...
 
     def profile(
-        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+        self,
+        data: bytes,
+        feeds: dict[str, Any],
+        entry: dict[str, Any],
+        runs: int = CALIBRATION_PROFILE_RUNS,
     ) -> dict[str, Any]:
         """Each node's kernel time inside the model (``profile_nodes``' format), the
         median of the later half of ``runs``."""
@@ -667,7 +691,11 @@ class OrtBackend:
         return wall_clock_ms(run)
 
     def profile(
-        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+        self,
+        data: bytes,
+        feeds: dict[str, Any],
+        entry: dict[str, Any],
+        runs: int = CALIBRATION_PROFILE_RUNS,
     ) -> dict[str, Any]:
         return profile_nodes(data, feeds, self.threads, self.provider, runs, **weights_of(entry))
 
@@ -801,7 +829,11 @@ class OvBackend:
         return wall_clock_ms(run)
 
     def profile(
-        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+        self,
+        data: bytes,
+        feeds: dict[str, Any],
+        entry: dict[str, Any],
+        runs: int = CALIBRATION_PROFILE_RUNS,
     ) -> dict[str, Any]:
         """Each node's median time (us) from OpenVINO's performance counters, named as
         OpenVINO names it (a convolution whose bias it folded is ``NAME/WithoutBiases``:

@@ -494,7 +494,11 @@ class TorchBackend:
         return {}
 
     def profile(
-        self, data: bytes, feeds: dict[str, Any], entry: dict[str, Any], runs: int = 30
+        self,
+        data: bytes,
+        feeds: dict[str, Any],
+        entry: dict[str, Any],
+        runs: int = runner.CALIBRATION_PROFILE_RUNS,
     ) -> dict[str, Any]:
         """Each node's median time (us) inside the model, between CUDA events recorded
         before and after it (the wall clock on a CPU), and ``model_run``."""

@@ -8,7 +8,7 @@ import json
 import zipfile
 
 from frontier.latency_models import write_bundle
-from frontier.latency_models._bundle import BUDGET_MIN_MODELS, CALIBRATION_MODELS, measure_s
+from frontier.latency_models._bundle import BUDGET_MIN_MODELS, CALIBRATION_MODELS
 from frontier.latency_models._corners import calibration_plans
 from frontier.latency_models._whole import timing_calibration
 
@@ -78,12 +78,13 @@ def test_a_small_models_first_table_keeps_at_least_60(mlp_setup, store, monkeypa
 
 
 def test_the_estimate_is_the_time_the_runner_spends(mlp_setup) -> None:
-    """``measure_s`` of a whole model is within a factor of 3 of what timing it by the
+    """``calibration_measure_s`` of a whole model is within a factor of 3 of what timing it by the
     protocol and profiling it take (the budget's estimate of each model's measuring)."""
     import time
 
     from frontier.latency_models._whole import whole_model_bytes
     from frontier.latency_models.runner import (
+        calibration_measure_s,
         open_session,
         profile_nodes,
         session_options,
@@ -92,7 +93,7 @@ def test_the_estimate_is_the_time_the_runner_spends(mlp_setup) -> None:
 
     _, model, x, space = mlp_setup
     data = whole_model_bytes(model, space.sample(3), x)
-    estimate = measure_s(data)
+    estimate = calibration_measure_s(data)
     start = time.perf_counter()
     run, feeds = open_session(data, session_options(1))
     time_models([run])
