@@ -19,6 +19,23 @@ from ._pareto import Objective, hypervolume, pareto_mask
 ACCURACY = "accuracy"
 
 
+#: what a plan mainly does (``plan_kind``)
+PLAN_KINDS = ("student", "pruned", "quantized", "other")
+
+
+def plan_kind(plan: Mapping[str, Any]) -> str:
+    """What a plan (``Plan.to_dict()``) mainly does, as a cheap rung underrates it:
+    ``student`` (a smaller architecture), ``pruned`` (channels or weights removed, maybe
+    quantized too), ``quantized`` (fewer bits, nothing removed), else ``other``."""
+    if plan.get("student"):
+        return "student"
+    removed = [*(plan.get("prune") or {}).values(), *(plan.get("sparsity") or {}).values()]
+    if any(float(v) > 0 for v in removed):
+        return "pruned"
+    bits = [b for key in ("weight_bits", "act_bits") for b in (plan.get(key) or {}).values()]
+    return "quantized" if any(int(b) < 32 for b in bits) else "other"
+
+
 class JobExport(NamedTuple):
     """The model a job scored, as it came back: ONNX bytes and their precision, or why
     the export failed."""
@@ -62,6 +79,11 @@ class TrialRecord:
         """The plan, canonically: equal plans have equal keys."""
         return plan_key(self.plan)
 
+    @functools.cached_property
+    def kind(self) -> str:
+        """What the plan mainly does (``plan_kind``)."""
+        return plan_kind(self.plan)
+
     @property
     def rung(self) -> int:
         return max(self.rungs) if self.rungs else -1
@@ -93,9 +115,10 @@ class Front:
             the front.
 
     A rung below the top is known to underrate accuracy once promotion has measured
-    how far it falls short of the top rung (``allow``): a plan measured only there is
-    judged with that shortfall added to its accuracy, not ruled out on a value the top
-    rung would raise. Its values on the front stay as measured.
+    how far it falls short of the top rung for a kind of plan (``allow``): a plan of
+    that kind measured only there is judged with that shortfall added to its accuracy,
+    not ruled out on a value the top rung would raise. Its values on the front stay as
+    measured.
     """
 
     def __init__(
@@ -107,9 +130,10 @@ class Front:
         self.records = records
         self.objectives = list(objectives)
         self.constraints = list(constraints)
-        #: rung -> the accuracy added to a plan measured there before the constraints
-        #: judge it (what that rung is learnt to fall short of the top rung by)
-        self.allowance: dict[int, float] = {}
+        #: (rung, kind) -> the accuracy added to a plan of that kind (``plan_kind``; ""
+        #: for every kind) measured there before the constraints judge it (what that
+        #: rung is learnt to fall short of the top rung by)
+        self.allowance: dict[tuple[int, str], float] = {}
         self._version = 0
         self._cache: dict[tuple[int, int | None], list[int]] = {}
 
@@ -118,21 +142,33 @@ class Front:
         self._version += 1
         self._cache.clear()
 
-    def allow(self, allowance: Mapping[int, float]) -> None:
-        """Judge plans measured at each rung with ``allowance[rung]`` added to their
-        accuracy (``Promotion.allowance``); a rung not named is judged as measured."""
-        new = {int(r): float(a) for r, a in allowance.items() if a}
+    def allow(self, allowance: Mapping[tuple[int, str], float]) -> None:
+        """Judge plans of each kind measured at each rung with ``allowance[rung, kind]``
+        added to their accuracy (``Promotion.allowance``; kind "": every kind not named);
+        a rung and kind not named is judged as measured."""
+        new = {(int(r), str(k)): float(a) for (r, k), a in allowance.items() if a}
         if new != self.allowance:
             self.allowance = new
             self.changed()
 
-    def feasible(self, values: Mapping[str, float], rung: int | None = None) -> bool:
+    def feasible(
+        self, values: Mapping[str, float], rung: int | None = None, kind: str = ""
+    ) -> bool:
         """Whether ``values`` meet every constraint; ``rung``: the rung they were measured
-        at, whose allowance is added to accuracy first (None: judged as they are)."""
-        extra = self.allowance.get(rung, 0.0) if rung is not None else 0.0
+        at, whose allowance for plans of ``kind`` is added to accuracy first (None: judged
+        as they are)."""
+        extra = 0.0
+        if rung is not None:
+            extra = self.allowance.get((rung, kind), self.allowance.get((rung, ""), 0.0))
         if extra and ACCURACY in values:
             values = {**values, ACCURACY: values[ACCURACY] + extra}
         return all(c.holds(values[c.objective]) for c in self.constraints)
+
+    def judge(self, record: TrialRecord, rung: int | None = None) -> bool:
+        """Whether ``record`` at ``rung`` (default: its highest) meets every constraint,
+        with that rung's allowance for its kind added."""
+        at = record.rung if rung is None else rung
+        return self.feasible(record.values(at), at, record.kind)
 
     def complete(self) -> list[TrialRecord]:
         return [r for r in self.records.values() if r.state == "complete"]
@@ -151,7 +187,7 @@ class Front:
             unique: dict[str, TrialRecord] = {}
             for r in sorted(self.complete(), key=lambda r: r.number):
                 at = r.rung if rung is None else rung
-                if r.rung >= at and self.feasible(r.values(rung), at):
+                if r.rung >= at and self.judge(r, at):
                     unique.setdefault(r.key, r)
             recs = list(unique.values())
             mask = pareto_mask(self.matrix(recs, rung), self.objectives)
@@ -186,7 +222,7 @@ class Front:
         measured higher."""
         out: dict[int, int] = {}
         for rec in self.complete():
-            if rec.rung >= 0 and not self.feasible(rec.values(), rec.rung):
+            if rec.rung >= 0 and not self.judge(rec):
                 out[rec.rung] = out.get(rec.rung, 0) + 1
         return dict(sorted(out.items()))
 
@@ -196,7 +232,7 @@ class Front:
         reached; '' when some plan is feasible or nothing completed."""
         records = self.complete()
         done = [r.values() for r in records]
-        judged = any(self.feasible(v, r.rung) for v, r in zip(done, records, strict=True))
+        judged = any(self.judge(r) for r in records)
         if not done or not self.constraints or judged:
             return ""
         misses = []
@@ -222,7 +258,7 @@ class Front:
                     "trial": n,
                     "state": rec.state,
                     "rung": rung_names[rec.rung] if rec.rung >= 0 else "",
-                    "feasible": bool(vals) and self.feasible(vals, rec.rung),
+                    "feasible": bool(vals) and self.judge(rec),
                     "error": rec.error,
                     **vals,
                 }

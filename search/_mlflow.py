@@ -190,7 +190,7 @@ class MlflowCallback(Callback):
             tags[Tag.TRAIN_DEVICE] = record.device
         values = record.values(0) if record.state == "complete" else {}
         if values:
-            tags[Tag.FEASIBLE] = str(search.front.feasible(record.values(), record.rung)).lower()
+            tags[Tag.FEASIBLE] = str(search.front.judge(record)).lower()
         params, parent, failed = dict(record.params), self.parent, record.state == "failed"
 
         def write() -> None:
@@ -202,7 +202,7 @@ class MlflowCallback(Callback):
 
     def on_promotion(self, search: SearchView, record: TrialRecord, rung: int) -> None:
         values, tags = dict(record.rungs[rung]), self._rung_tags(search, record)
-        tags[Tag.FEASIBLE] = str(search.front.feasible(record.values(), record.rung)).lower()
+        tags[Tag.FEASIBLE] = str(search.front.judge(record)).lower()
 
         def write() -> None:
             if record.run_id:

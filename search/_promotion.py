@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._constraints import Constraint
-from ._front import ACCURACY, Front
+from ._front import ACCURACY, PLAN_KINDS, Front, TrialRecord
 from ._pareto import pareto_mask
 
 #: a rung whose probed plans gain more accuracy than this a rung up (75th percentile)
@@ -44,10 +44,11 @@ class Promotion(ABC):
         finished evaluation; none by default."""
         return []
 
-    def allowance(self, rungs: int) -> dict[int, float]:
-        """Rung -> the accuracy a plan measured there is judged with added (what the
-        strategy learnt that rung falls short of the top rung by; ``Front.allow``);
-        none by default: every rung is judged as measured."""
+    def allowance(self, rungs: int) -> dict[tuple[int, str], float]:
+        """(rung, kind of plan) -> the accuracy a plan of that kind (``plan_kind``; "":
+        every kind) measured there is judged with added (what the strategy learnt that
+        rung falls short of the top rung by; ``Front.allow``); none by default: every
+        rung is judged as measured."""
         return {}
 
     @abstractmethod
@@ -71,25 +72,29 @@ class SpreadPromotion(Promotion):
 
     A rung tuned for another model can sit far below what the next rung gives the same
     plans: few or no compressed plans meet the accuracy bound there, and the front holds
-    the uncompressed model and little else. With ``adapt``, a rung where fewer than
-    ``probes`` compressed plans are feasible is probed once: its most accurate
-    compressed plans that miss only the accuracy bound go up a rung. If they gain more
-    than ``MIN_SHORTFALL`` accuracy there (75th percentile), every member of that
-    rung's front within that shortfall of the bound is promoted (the rung's own ranking
-    is known to be off, so a share of it cannot choose), and so are plans off that
-    front which, at their accuracy plus the shortfall, would join the front of the rung
-    above (a plan a probe outscores at the cheap rung may still be what the top rung
-    lacks): up to ``probes`` a generation and ``share`` of the rung's plans in all.
-    ``notes`` says what was done and why.
+    the uncompressed model and little else. And it may do so for one kind of plan only
+    (``plan_kind``: a pruned plan needs more recovery than a quantized one), so each
+    kind is learnt apart. With ``adapt``, where ``probes`` compressed plans of a kind
+    are measured at a rung and fewer than ``probes`` of them are feasible there, that
+    rung is probed once for that kind: its most accurate compressed plans of the kind
+    that miss only the accuracy bound go up a rung. If they gain more than
+    ``MIN_SHORTFALL`` accuracy there (75th percentile), every member of that rung's
+    front of that kind within that shortfall of the bound is promoted (the rung's own
+    ranking is known to be off, so a share of it cannot choose), and so are plans of
+    the kind off that front which, at their accuracy plus the shortfall, would join the
+    front of the rung above (a plan a probe outscores at the cheap rung may still be
+    what the top rung lacks): up to ``probes`` a generation and ``share`` of the rung's
+    plans in all. ``notes`` says what was done and why.
 
     The search need not wait a generation for this: once ``2 * probes`` compressed plans
-    are measured at a rung and none of them is feasible there, the probes go up at once
-    (``between``). Once a shortfall is learnt, plans measured at that rung are judged
-    with it added (``allowance``). Where the shortfall is larger than the accuracy
-    bound's margin (baseline minus bound), the rung cannot tell feasible plans from
-    infeasible ones: from then on each plan that, with the shortfall added, would join
-    the front a rung up is promoted as soon as it is measured, not at the generation's
-    end (within the same ``share`` of the rung's plans).
+    of a kind are measured at a rung and none of them is feasible there, the probes go
+    up at once (``between``). Once a shortfall is learnt, plans of that kind measured at
+    that rung are judged with it added (``allowance``). Where the shortfall is larger
+    than the accuracy bound's margin (baseline minus bound), the rung cannot tell
+    feasible plans of the kind from infeasible ones: from then on each that, with the
+    shortfall added, would join the front a rung up is promoted as soon as it is
+    measured, not at the generation's end (within the same ``share`` of the rung's
+    plans).
 
     Args:
         share: the fraction of each rung's front to promote, in (0, 1].
@@ -122,38 +127,45 @@ class SpreadPromotion(Promotion):
         self.adapt = adapt
         self.probes = probes
         self.notes: list[str] = []
-        #: rung -> the accuracy it is learnt to fall short of the next rung by
-        self.shortfall: dict[int, float] = {}
+        #: (rung, kind) -> the accuracy that rung is learnt to fall short of the next
+        #: rung by for plans of that kind (kind "": every kind, a study from before kinds)
+        self.shortfall: dict[tuple[int, str], float] = {}
         self._baseline: dict[str, float] = {}
-        #: rung -> the trials measured a rung up to learn its shortfall
-        self._probes: dict[int, list[int]] = {}
+        #: (rung, kind) -> the trials measured a rung up to learn its shortfall
+        self._probes: dict[tuple[int, str], list[int]] = {}
         #: rung -> the trials promoted off its front because they would join the next
         self._hoped: dict[int, list[int]] = {}
-        #: rungs whose shortfall is larger than the accuracy bound's margin
-        self._blind: set[int] = set()
+        #: (rung, kind)s whose shortfall is larger than the accuracy bound's margin
+        self._blind: set[tuple[int, str]] = set()
 
     def start(self, baseline: Mapping[str, float]) -> None:
         self._baseline = dict(baseline)
 
     def state(self) -> dict[str, Any]:
         return {
-            "shortfall": {str(r): g for r, g in self.shortfall.items()},
-            "probes": {str(r): list(p) for r, p in self._probes.items()},
+            "shortfall": {_text(k): g for k, g in self.shortfall.items()},
+            "probes": {_text(k): list(p) for k, p in self._probes.items()},
             "hoped": {str(r): list(p) for r, p in self._hoped.items()},
-            "blind": sorted(self._blind),
+            "blind": sorted(map(_text, self._blind)),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        self.shortfall = {int(r): float(g) for r, g in state.get("shortfall", {}).items()}
-        self._probes = {int(r): [int(n) for n in p] for r, p in state.get("probes", {}).items()}
+        shortfall, probes = state.get("shortfall", {}), state.get("probes", {})
+        self.shortfall = {_key(k): float(g) for k, g in shortfall.items()}
+        self._probes = {_key(k): [int(n) for n in p] for k, p in probes.items()}
         self._hoped = {int(r): [int(n) for n in p] for r, p in state.get("hoped", {}).items()}
-        self._blind = {int(r) for r in state.get("blind", [])}
+        self._blind = {_key(k) for k in state.get("blind", [])}
 
-    def allowance(self, rungs: int) -> dict[int, float]:
+    def gap(self, rung: int, kind: str) -> float:
+        """What ``rung`` is learnt to fall short of the next rung by for plans of
+        ``kind`` (0 where nothing is learnt)."""
+        return self.shortfall.get((rung, kind), self.shortfall.get((rung, ""), 0.0))
+
+    def allowance(self, rungs: int) -> dict[tuple[int, str], float]:
         return {
-            rung: sum(self.shortfall.get(r, 0.0) for r in range(rung, rungs - 1))
-            for rung in range(rungs - 1)
-            if rung in self.shortfall
+            (rung, kind): sum(self.gap(r, kind) for r in range(rung, rungs - 1))
+            for rung, kind in self.shortfall
+            if rung < rungs - 1
         }
 
     def _candidates(self, front: Front) -> Front:
@@ -184,110 +196,127 @@ class SpreadPromotion(Promotion):
             return []
         return [c for c in front.constraints if c.objective == ACCURACY and c.op == ">="]
 
+    def _kinds(self, front: Front, rung: int) -> dict[str, list[TrialRecord]]:
+        """The compressed plans measured at ``rung`` (or higher), by kind."""
+        out: dict[str, list[TrialRecord]] = {}
+        for r in front.complete():
+            if r.rung >= rung and self._compressed(front, r.number, rung):
+                out.setdefault(r.kind, []).append(r)
+        return dict(sorted(out.items()))
+
     def _learn(self, front: Front, rung: int, early: bool = False) -> list[tuple[int, int]]:
-        """Probe ``rung`` once where fewer than ``probes`` compressed plans are feasible
-        at it (``early``: only once ``2 * probes`` are measured there and none is);
-        once probes come back, learn its shortfall."""
+        """For each kind of plan, probe ``rung`` once where ``probes`` compressed plans
+        of that kind are measured there and fewer than ``probes`` of them are feasible
+        (``early``: only once ``2 * probes`` are measured there and none is); once
+        probes come back, learn the rung's shortfall for that kind."""
         accuracy = self._bounds(front)
         if not accuracy:
             return []
-        if rung not in self._probes:
-            if early and not self._hopeless(front, rung):
-                return []
-            return self._probe(front, rung, accuracy)
-        self._gap(front, rung, accuracy)
-        return []
+        out = []
+        for kind, plans in self._kinds(front, rung).items():
+            if (rung, kind) in self._probes:
+                self._gap(front, rung, kind, accuracy)
+            elif len(plans) >= self.probes and not (
+                early and not self._hopeless(front, rung, plans)
+            ):
+                out += self._probe(front, rung, kind, plans, accuracy)
+        return out
 
-    def _hopeless(self, front: Front, rung: int) -> bool:
-        """Whether ``2 * probes`` compressed plans are measured at ``rung`` and none of
-        them is feasible there: no need to wait for the generation's end to probe it."""
-        compressed = [
-            r
-            for r in front.complete()
-            if r.rung >= rung and self._compressed(front, r.number, rung)
-        ]
-        if len(compressed) < 2 * self.probes:
+    def _hopeless(self, front: Front, rung: int, plans: list[TrialRecord]) -> bool:
+        """Whether ``2 * probes`` compressed ``plans`` (of one kind) are measured at
+        ``rung`` and none of them is feasible there: no need to wait for the
+        generation's end to probe it."""
+        if len(plans) < 2 * self.probes:
             return False
         loose = self._candidates(front)
-        return not any(loose.feasible(r.values(rung), rung) for r in compressed)
+        return not any(loose.judge(r, rung) for r in plans)
 
-    def _gap(self, front: Front, rung: int, accuracy: list[Constraint]) -> None:
-        """Once the probes of ``rung`` are back: the shortfall they show (75th
-        percentile of their gains a rung up), and whether it blinds the rung."""
-        if rung in self.shortfall:
+    def _gap(self, front: Front, rung: int, kind: str, accuracy: list[Constraint]) -> None:
+        """Once the probes of ``rung`` for ``kind`` are back: the shortfall they show
+        (75th percentile of their gains a rung up), and whether it blinds the rung."""
+        if (rung, kind) in self.shortfall:
             return  # learnt already
-        if any(rung + 1 not in front.records[n].rungs for n in self._probes[rung]):
+        probes = self._probes[rung, kind]
+        if any(rung + 1 not in front.records[n].rungs for n in probes):
             return  # some are still being measured (a failed one counts as back)
         gains = [
             r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
-            for n in self._probes[rung]
+            for n in probes
             if ACCURACY in (r := front.records[n]).rungs.get(rung + 1, {})
         ]
         if not gains:
             return
         gap = float(np.percentile(gains, 75))
+        plans = f"{len(gains)} probed {_plural(kind)}"
         if gap <= MIN_SHORTFALL:
             self.notes.append(
                 f"rung {rung} agrees with rung {rung + 1} within {MIN_SHORTFALL} accuracy on "
-                f"{len(gains)} probed plans: it is not what keeps plans off the front"
+                f"{plans}: it is not what keeps {_plural(kind)} off the front"
             )
-            self.shortfall[rung] = 0.0
+            self.shortfall[rung, kind] = 0.0
             return
-        self.shortfall[rung] = gap
+        self.shortfall[rung, kind] = gap
         margin = min(self._baseline[ACCURACY] - c.bound for c in accuracy)
         if gap > margin:
-            self._blind.add(rung)
+            self._blind.add((rung, kind))
             self.notes.append(
                 f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
-                f"percentile of {len(gains)} probed plans), more than the accuracy bound's "
-                f"margin of {margin:.3f}, so it cannot tell feasible plans from infeasible "
-                f"ones: from now on a plan measured there is judged with {gap:.3f} added, "
-                f"and each that would then join rung {rung + 1}'s front goes up as soon as "
-                "it is measured"
+                f"percentile of {plans}), more than the accuracy bound's margin of "
+                f"{margin:.3f}, so it cannot tell feasible {_plural(kind)} from infeasible "
+                f"ones: from now on such a plan measured there is judged with {gap:.3f} "
+                f"added, and each that would then join rung {rung + 1}'s front goes up as "
+                "soon as it is measured"
             )
             return
         self.notes.append(
             f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
-            f"percentile of {len(gains)} probed plans): plans measured there are judged with "
-            "that added, and every front member at the rung is promoted"
+            f"percentile of {plans}): such plans measured there are judged with that added, "
+            "and every one of them on the rung's front is promoted"
         )
 
-    def _probe(self, front: Front, rung: int, accuracy: list[Constraint]) -> list[tuple[int, int]]:
-        """Where fewer than ``probes`` compressed plans are feasible at ``rung``: the
-        most accurate compressed plans that miss only the accuracy bound there, to
-        measure a rung up."""
+    def _probe(
+        self,
+        front: Front,
+        rung: int,
+        kind: str,
+        plans: list[TrialRecord],
+        accuracy: list[Constraint],
+    ) -> list[tuple[int, int]]:
+        """Where fewer than ``probes`` of the compressed ``plans`` (of ``kind``) are
+        feasible at ``rung``: the most accurate of them that miss only the accuracy
+        bound there, to measure a rung up."""
         candidates = self._candidates(front)
-        feasible = sum(1 for n in candidates.numbers(rung) if self._compressed(front, n, rung))
+        feasible = sum(1 for r in plans if candidates.judge(r, rung))
         if feasible >= self.probes:
             return []
         others = _judged(front, [c for c in front.constraints if c.objective != ACCURACY])
         near = [
-            n
-            for n in others.numbers(rung)
-            if front.records[n].rung == rung
-            and self._compressed(front, n, rung)
-            and not candidates.feasible(front.records[n].values(rung), rung)
+            r.number
+            for r in plans
+            if r.rung == rung and others.judge(r, rung) and not candidates.judge(r, rung)
         ]
         if not near:
             return []
         near.sort(key=lambda n: -front.records[n].values(rung)[ACCURACY])
         chosen = near[: self.probes]
-        self._probes[rung] = chosen
+        self._probes[rung, kind] = chosen
         best = front.records[chosen[0]].values(rung)[ACCURACY]
         self.notes.append(
-            f"{feasible} compressed plan{' meets' if feasible == 1 else 's meet'} "
-            f"{' and '.join(map(str, accuracy))} at rung {rung} (the best that miss: "
-            f"{best:.4f}): measuring {len(chosen)} of those at rung {rung + 1} to learn how "
-            f"far rung {rung} falls short (search.fidelity.adapt)"
+            f"{feasible} of {len(plans)} {_plural(kind)} "
+            f"{'meets' if feasible == 1 else 'meet'} {' and '.join(map(str, accuracy))} at "
+            f"rung {rung} (the best that miss: {best:.4f}): measuring {len(chosen)} of those "
+            f"at rung {rung + 1} to learn how far rung {rung} falls short for them "
+            "(search.fidelity.adapt)"
         )
         return [(n, rung + 1) for n in chosen]
 
-    def _hopefuls(self, front: Front, rung: int, chosen: set[int]) -> list[int]:
-        """Up to ``probes`` compressed plans waiting at ``rung`` (not in ``chosen``)
-        that, with their accuracy raised by the rung's shortfall, meet every constraint
-        and are dominated by no member of the front at ``rung + 1``; the most accurate
-        first. At most ``share`` of the rung's plans are promoted this way in all."""
-        gap = self.shortfall[rung]
+    def _hopefuls(self, front: Front, rung: int, kind: str, chosen: set[int]) -> list[int]:
+        """Up to ``probes`` compressed plans of ``kind`` waiting at ``rung`` (not in
+        ``chosen``) that, with their accuracy raised by the rung's shortfall for them,
+        meet every constraint and are dominated by no member of the front at
+        ``rung + 1``; the most accurate first. At most ``share`` of the rung's plans are
+        promoted this way in all."""
+        gap = self.gap(rung, kind)
         hoped = self._hoped.setdefault(rung, [])
         done = front.complete()
         plans = len({r.key for r in done if r.rung >= rung})
@@ -301,8 +330,10 @@ class SpreadPromotion(Promotion):
         for rec in done:
             if rec.rung != rung or rec.number in chosen or rec.number in hoped:
                 continue
+            if kind and rec.kind != kind:
+                continue
             values = rec.values(rung)
-            if rec.key in measured or rec.key in hopes or not loose.feasible(values, rung):
+            if rec.key in measured or rec.key in hopes or not loose.judge(rec, rung):
                 continue
             if not self._compressed(front, rec.number, rung):
                 continue
@@ -314,7 +345,8 @@ class SpreadPromotion(Promotion):
         hoped += [n for _, n in best]
         if best:
             self.notes.append(
-                f"promoting {len(best)} plan{'s' if len(best) > 1 else ''} off rung {rung}'s "
+                f"promoting {len(best)} {_plural(kind)[:-1]}{'s' if len(best) > 1 else ''} "
+                f"off rung {rung}'s "
                 f"front (trial{'s' if len(best) > 1 else ''} "
                 f"{', '.join(str(n) for _, n in best)}): with rung {rung}'s shortfall of "
                 f"{gap:.3f} added, {'they' if len(best) > 1 else 'it'} would join rung "
@@ -332,9 +364,10 @@ class SpreadPromotion(Promotion):
     def between(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         probes = self._learn_all(front, rungs, early=True)
         out = [p for ps in probes.values() for p in ps]
-        for rung in sorted(self._blind):
-            if rung < rungs - 1 and rung not in probes:
-                out += [(n, rung + 1) for n in self._hopefuls(front, rung, set())]
+        sent = {n for n, _ in out}
+        for rung, kind in sorted(self._blind):
+            if rung < rungs - 1:
+                out += [(n, rung + 1) for n in self._hopefuls(front, rung, kind, sent)]
         return out
 
     def select(self, front: Front, rungs: int) -> list[tuple[int, int]]:
@@ -350,20 +383,21 @@ class SpreadPromotion(Promotion):
                 continue
             candidates = self._candidates(front)
             members = candidates.numbers(rung)
+            # where the rung's accuracies are known to be off for a kind of plan, its
+            # own ranking cannot choose among them: every front member of that kind
+            # (within the shortfall of the bound) goes up, and so do its hopefuls
+            gapped = [k for k in PLAN_KINDS if self.gap(rung, k) > 0]
+            off = [n for n in members if front.records[n].kind in gapped]
+            waiting = [n for n in off if front.records[n].rung == rung]
+            out += [(n, rung + 1) for n in waiting]
+            for kind in gapped:
+                out += [(n, rung + 1) for n in self._hopefuls(front, rung, kind, set(waiting))]
+            members = [n for n in members if n not in off]
             quota = math.ceil(self.share * len(members))
             # probes were extra: they do not use up the rung's quota
-            quota -= sum(
-                1
-                for n in members
-                if front.records[n].rung > rung and n not in self._probes.get(rung, ())
-            )
+            probed = {n for (r, _), ns in self._probes.items() if r == rung for n in ns}
+            quota -= sum(1 for n in members if front.records[n].rung > rung and n not in probed)
             waiting = [n for n in members if front.records[n].rung == rung]
-            if self.shortfall.get(rung, 0.0) > 0:
-                # the rung's accuracies are known to be off: its own ranking cannot
-                # choose, so every front member within the shortfall of the bound goes up
-                out += [(n, rung + 1) for n in waiting]
-                out += [(n, rung + 1) for n in self._hopefuls(front, rung, set(waiting))]
-                continue
             if quota <= 0 or not waiting:
                 continue
             if self.toward is not None:  # the quota from the objective's best end
@@ -398,6 +432,23 @@ def finishing(
         )
     note = f"finishing the front: {len(below)} member(s) below rung {rung_names[top]!r}"
     return [(n, top) for n in below], f"{note} are measured there"
+
+
+def _text(key: tuple[int, str]) -> str:
+    """A (rung, kind) key as the study keeps it: ``"0/pruned"``."""
+    return f"{key[0]}/{key[1]}"
+
+
+def _key(text: str | int) -> tuple[int, str]:
+    """``_text``'s key back; a bare rung (a study from before kinds) stands for every
+    kind ("")."""
+    rung, _, kind = str(text).partition("/")
+    return int(rung), kind
+
+
+def _plural(kind: str) -> str:
+    """``pruned`` -> "pruned plans"; "" and "other" -> "compressed plans"."""
+    return f"{kind if kind not in ('', 'other') else 'compressed'} plans"
 
 
 def _loosen(constraint: Constraint, slack: float) -> Constraint:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler
 
+from ._front import plan_kind
 from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
 from ._trials import ACCURACY, _quiet
 from ._view import SearchAware, SearchView
@@ -312,13 +313,14 @@ class SurrogateSampler(BaseSampler, SearchAware):
                 row[m] = float(mean[i])
                 if m == ACCURACY:
                     row[m] += self.optimism * float(sd[i])
-        scores = self._scores(rows)
+        kinds = [plan_kind(self._plan(p).to_dict()) for p in pool]
+        scores = self._scores(rows, kinds)
         order = np.argsort(-scores)[: self.finalists]
         expensive = [m for m in slow if m != ACCURACY]
         if expensive:
             for i in order:
                 rows[i].update(self._exact(pool[i], expensive))
-            finals = self._scores([rows[i] for i in order])
+            finals = self._scores([rows[i] for i in order], [kinds[i] for i in order])
             best = int(order[int(np.argmax(finals))])
         else:
             best = int(order[0])
@@ -326,16 +328,17 @@ class SurrogateSampler(BaseSampler, SearchAware):
         self._pending[_key(chosen)] = rows[best]
         return chosen
 
-    def _scores(self, rows: list[dict[str, float]]) -> np.ndarray:
+    def _scores(self, rows: list[dict[str, float]], kinds: list[str]) -> np.ndarray:
         """Hypervolume improvement over the first-rung front (and what is pending) of
-        each row's objectives; a row that breaks a constraint scores below every other."""
+        each row's objectives; a row that breaks a constraint (judged as a plan of its
+        ``kinds`` entry, ``plan_kind``) scores below every other."""
         search = self._search
         objectives = search.objectives
         base = [search.baseline[o.name] for o in objectives]
         members = [
             [rec.rungs[0][o.name] for o in objectives]
             for rec in search.records.values()
-            if rec.state == "complete" and 0 in rec.rungs and search.front.feasible(rec.rungs[0], 0)
+            if rec.state == "complete" and 0 in rec.rungs and search.front.judge(rec, 0)
         ]
         members += [[v[o.name] for o in objectives] for v in self._pending.values()]
         front = (
@@ -349,7 +352,9 @@ class SurrogateSampler(BaseSampler, SearchAware):
             base,
         )
         scores = improvement(front, cand)
-        feasible = np.array([search.front.feasible(r, 0) for r in rows])
+        feasible = np.array(
+            [search.front.feasible(r, 0, k) for r, k in zip(rows, kinds, strict=True)]
+        )
         return np.where(feasible, scores, scores - 1e6)
 
     def _candidates(

@@ -103,8 +103,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             + ", ".join(f"{n} at rung {rungs[r]}" for r, n in ruled.items())
             + " (a plan ruled out below the top rung was not measured there"
             + "".join(
-                f"; rung {rungs[r]} judged with its learnt shortfall of {a:.3f} added"
-                for r, a in search.front.allowance.items()
+                f"; {kind or 'compressed'} plans at rung {rungs[r]} judged with its learnt "
+                f"shortfall of {a:.3f} added"
+                for (r, kind), a in search.front.allowance.items()
             )
             + ")"
         )

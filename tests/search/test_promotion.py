@@ -119,13 +119,13 @@ def test_a_rung_no_compressed_plan_passes_is_probed_then_promoted_by_its_shortfa
     promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
     # the three most accurate compressed plans that meet the size bound go up to probe
     assert sorted(promotion.select(front, rungs=2)) == [(1, 1), (2, 1), (3, 1)]
-    assert "0 compressed plans meet accuracy >= 0.765 at rung 0" in promotion.take_notes()[0]
+    assert "0 of 4 compressed plans meet accuracy >= 0.765 at rung 0" in promotion.take_notes()[0]
     # the top rung recovers them by about 0.2: rung 0 falls that far short
     for n, gain in ((1, 0.22), (2, 0.22), (3, 0.16)):
         front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + gain}
     front.changed()
     promotion.select(front, rungs=2)
-    assert promotion.shortfall[0] == pytest.approx(0.22)
+    assert promotion.shortfall[0, "other"] == pytest.approx(0.22)
     assert "falls short of rung 1 by 0.220" in promotion.take_notes()[0]
     # probed once: later generations promote by the shortfall (here the rest of the
     # loosened front: the uncompressed plan), they do not probe again
@@ -254,8 +254,8 @@ def test_a_rung_blind_to_the_bound_judges_its_plans_with_the_gap_and_sends_them_
     sent = promotion.between(front, rungs=2)
     note = promotion.take_notes()
     assert "more than the accuracy bound's margin of 0.035" in note[0]
-    assert "cannot tell feasible plans from infeasible ones" in note[0]
-    assert front.allowance == {0: pytest.approx(0.30)}
+    assert "cannot tell feasible compressed plans from infeasible ones" in note[0]
+    assert front.allowance == {(0, "other"): pytest.approx(0.30)}
     # 4-7 score 0.51-0.48 at rung 0: 0.78-0.81 with the gap, smaller than every probe
     assert sent and all(n >= 4 for n, _ in sent) and all(r == 1 for _, r in sent)
     assert front.ruled_out() == {0: 1}  # trial 8: 0.40 + 0.30 still misses
@@ -264,3 +264,63 @@ def test_a_rung_blind_to_the_bound_judges_its_plans_with_the_gap_and_sends_them_
     again = SpreadPromotion(share=0.5)
     again.restore(json.loads(json.dumps(promotion.state())))
     assert again.allowance(2) == promotion.allowance(2)
+
+
+def test_a_plans_kind_is_what_it_mainly_does() -> None:
+    from frontier.search._front import plan_kind
+
+    assert plan_kind({"prune": {"a": 0.5}, "weight_bits": {"a": 8}}) == "pruned"
+    assert plan_kind({"sparsity": {"a": 0.5}}) == "pruned"
+    assert plan_kind({"prune": {}, "weight_bits": {"a": 8}, "act_bits": {"a": 32}}) == "quantized"
+    assert plan_kind({"student": {"family": "mlp"}, "prune": {"a": 0.5}}) == "student"
+    assert plan_kind({"prune": {}, "weight_bits": {"a": 32}, "student": None}) == "other"
+
+
+def _mixed_front() -> Front:
+    """The uncompressed plan (trial 0); three quantized plans (1-3) that rung 0 scores
+    within the bound of 0.765; four pruned plans (4-7) it scores 0.25-0.3 below it;
+    and a quantized near miss (8)."""
+    plans = {0: ({}, 0.80, 100.0)}
+    plans.update({n: ({"weight_bits": {"a": 8}}, 0.79 - 0.005 * n, 34.0 - n) for n in (1, 2, 3)})
+    plans.update({n: ({"prune": {"a": 0.5}}, 0.55 - 0.01 * n, 20.0 - n) for n in (4, 5, 6, 7)})
+    plans[8] = ({"weight_bits": {"a": 4}}, 0.70, 10.0)
+    records = {
+        n: TrialRecord(
+            n, {}, {**p, "n": n}, "complete", rungs={0: {"accuracy": a, "size_bytes": b}}
+        )
+        for n, (p, a, b) in plans.items()
+    }
+    return Front(records, [ACC, SIZE], [Constraint("accuracy", ">=", 0.765)])
+
+
+def test_a_rung_that_passes_quantized_plans_but_no_pruned_one_is_learnt_for_pruned_plans() -> None:
+    """Enough compressed plans pass rung 0, but all of them quantized: the pruned ones
+    are what the rung underrates, so it is probed and learnt for them alone."""
+    front = _mixed_front()
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "size_bytes": 100.0})
+    probes = sorted(promotion.select(front, rungs=2))
+    assert [p for p in probes if p[0] >= 4] == [(4, 1), (5, 1), (6, 1)]
+    assert "0 of 4 pruned plans meet accuracy >= 0.765" in promotion.take_notes()[0]
+    for n in (4, 5, 6):
+        front.records[n].rungs[1] = {"accuracy": front.records[n].rungs[0]["accuracy"] + 0.3}
+    front.changed()
+    sent = promotion.select(front, rungs=2)
+    assert (
+        "by 0.300 accuracy (75th percentile of 3 probed pruned plans)" in promotion.take_notes()[0]
+    )
+    assert front.allowance == {(0, "pruned"): pytest.approx(0.3)}
+    assert (7, 1) in sent  # 0.48 + 0.3: feasible, and the smallest plan a rung up
+    # the quantized near miss is judged as measured: nothing says the rung underrates it
+    assert not front.judge(front.records[8]) and front.judge(front.records[7])
+    assert front.ruled_out() == {0: 1}
+
+
+def test_a_shortfall_learnt_before_kinds_holds_for_every_kind() -> None:
+    """A study resumed from before plans had kinds kept its shortfall by rung alone."""
+    promotion = SpreadPromotion(share=0.5)
+    promotion.restore({"shortfall": {"0": 0.3}, "probes": {"0": [4, 5, 6]}, "blind": [0]})
+    front = _mixed_front()
+    front.allow(promotion.allowance(2))
+    assert front.judge(front.records[8]) and front.judge(front.records[7])
+    assert json.loads(json.dumps(promotion.state()))["shortfall"] == {"0/": 0.3}

@@ -543,7 +543,7 @@ def test_a_rung_that_underestimates_is_adapted_to_and_the_front_fills(write_conf
     err = capsys.readouterr().err
     assert "to learn how far rung 0 falls short" in err and "falls short of rung 1 by" in err
     # one step against a margin of 0.05: the rung cannot separate, and the search says so
-    assert "so it cannot tell feasible plans from infeasible ones" in err
+    assert "so it cannot tell feasible pruned plans from infeasible ones" in err
     bound = load_config(adapted).parsed_constraints()[0]
     assert (after.rung == "full").sum() >= 3  # measured where they are feasible
     assert len(after) >= 3 > len(before)
