@@ -67,6 +67,7 @@ from ._techniques import (
     build_technique,
     plan_techniques,
     register_technique,
+    technique_kind,
     technique_names,
 )
 from ._transformer import (
@@ -158,6 +159,7 @@ __all__ = [
     "student_families",
     "student_shape",
     "swap_activations",
+    "technique_kind",
     "technique_names",
     "to_device",
     "to_half",

@@ -68,6 +68,7 @@ class EmbeddingQuant(Technique):
     bits: tuple[int, ...] = EMBEDDING_BITS
 
     order: ClassVar[int] = 42  # after pruning and layer quantization, before layer-drop
+    kind: ClassVar[str] = "quantized"
 
     def __post_init__(self) -> None:
         if not self.bits or any(b not in EMBEDDING_BITS for b in self.bits):

@@ -60,11 +60,15 @@ class Technique:
         order: techniques apply in ascending order: activation swap 10, pruning 20,
             sparsity 30, a registered technique 35 unless it says otherwise,
             quantization 40 (fake quantization wraps the final weights).
+        kind: what a plan holding this technique's data does to the model, as a cheap
+            rung underrates it: ``"pruned"`` (removes structure or weights),
+            ``"quantized"`` (fewer bits), else ``""`` (the search's ``plan_kind``).
     """
 
     name: ClassVar[str] = ""
     scope: ClassVar[str] = "layer"
     order: ClassVar[int] = 35
+    kind: ClassVar[str] = ""
 
     def dimensions(self, space: SpaceView) -> list[Dimension]:
         """The dimensions this technique adds to ``space`` that belong to no single
@@ -143,6 +147,12 @@ def register_technique(name: str) -> Callable[[type[Technique]], type[Technique]
 
 def technique_names() -> list[str]:
     return TECHNIQUES.names()
+
+
+def technique_kind(name: str) -> str:
+    """The ``kind`` of the technique registered as ``name`` ("" if none is)."""
+    cls = TECHNIQUES.get(name)
+    return cls.kind if cls is not None else ""
 
 
 def build_technique(name: str, options: Mapping[str, Any] | None = None) -> Technique:

@@ -93,6 +93,7 @@ class TransformerPrune(Technique):
     ffn_ratios: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
 
     order: ClassVar[int] = 25
+    kind: ClassVar[str] = "pruned"
 
     def __post_init__(self) -> None:
         # ratios below 1: layer-drop is what removes a whole layer
@@ -228,6 +229,7 @@ class LayerDrop(Technique):
     max_share: float = 0.5
 
     order: ClassVar[int] = 45
+    kind: ClassVar[str] = "pruned"
 
     def __post_init__(self) -> None:
         check_ratio("max_share", self.max_share)

@@ -324,3 +324,16 @@ def test_a_shortfall_learnt_before_kinds_holds_for_every_kind() -> None:
     front.allow(promotion.allowance(2))
     assert front.judge(front.records[8]) and front.judge(front.records[7])
     assert json.loads(json.dumps(promotion.state()))["shortfall"] == {"0/": 0.3}
+
+
+def test_a_registered_techniques_kind_carries_to_the_plan() -> None:
+    from frontier.search._front import plan_kind
+
+    # the text space's head and FFN pruning and layer drop remove structure; its
+    # embedding quantization only lowers bits
+    assert (
+        plan_kind({"techniques": {"transformer-prune": {"layers.0": {"heads": 0.5}}}}) == "pruned"
+    )
+    assert plan_kind({"techniques": {"layer-drop": ["layers.5"]}}) == "pruned"
+    assert plan_kind({"techniques": {"embedding-quant": 8}}) == "quantized"
+    assert plan_kind({"techniques": {"distill": {"temperature": 2.0}}}) == "other"
