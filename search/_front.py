@@ -12,32 +12,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from frontier.spaces import technique_kind
+from frontier.spaces import plan_kind
 
 from ._constraints import Constraint
 from ._pareto import Objective, hypervolume, pareto_mask
 
 #: the metric a cheap rung underestimates (``Front.allow``)
 ACCURACY = "accuracy"
-
-
-#: what a plan mainly does (``plan_kind``)
-PLAN_KINDS = ("student", "pruned", "quantized", "other")
-
-
-def plan_kind(plan: Mapping[str, Any]) -> str:
-    """What a plan (``Plan.to_dict()``) mainly does, as a cheap rung underrates it:
-    ``student`` (a smaller architecture), ``pruned`` (channels, heads, layers or weights
-    removed, maybe quantized too: ``prune``, ``sparsity``, or a technique of that
-    ``Technique.kind``), ``quantized`` (fewer bits, nothing removed), else ``other``."""
-    if plan.get("student"):
-        return "student"
-    kinds = {technique_kind(name) for name in plan.get("techniques") or {}}
-    removed = [*(plan.get("prune") or {}).values(), *(plan.get("sparsity") or {}).values()]
-    if "pruned" in kinds or any(float(v) > 0 for v in removed):
-        return "pruned"
-    bits = [b for key in ("weight_bits", "act_bits") for b in (plan.get(key) or {}).values()]
-    return "quantized" if "quantized" in kinds or any(int(b) < 32 for b in bits) else "other"
 
 
 class JobExport(NamedTuple):

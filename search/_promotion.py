@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from frontier.spaces import PLAN_KINDS
+
 from ._constraints import Constraint
-from ._front import ACCURACY, PLAN_KINDS, Front, TrialRecord
+from ._front import ACCURACY, Front, TrialRecord
 from ._pareto import pareto_mask
 
 #: a rung whose probed plans gain more accuracy than this a rung up (75th percentile)
@@ -216,9 +218,7 @@ class SpreadPromotion(Promotion):
         for kind, plans in self._kinds(front, rung).items():
             if (rung, kind) in self._probes:
                 self._gap(front, rung, kind, accuracy)
-            elif len(plans) >= self.probes and not (
-                early and not self._hopeless(front, rung, plans)
-            ):
+            elif len(plans) >= self.probes and (not early or self._hopeless(front, rung, plans)):
                 out += self._probe(front, rung, kind, plans, accuracy)
         return out
 

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler
 
-from ._front import plan_kind
+from frontier.spaces import plan_kind
+
 from ._pareto import MAXIMIZE, REFERENCE, loss_hypervolume, normalise, pareto_mask
 from ._trials import ACCURACY, _quiet
 from ._view import SearchAware, SearchView
@@ -288,8 +289,8 @@ class SurrogateSampler(BaseSampler, SearchAware):
     def _plan(self, params: Mapping[str, Any]) -> Any:
         return self._search.evaluation.space.plan_of(params)
 
-    def _exact(self, params: Mapping[str, Any], metrics: list[str]) -> dict[str, float]:
-        return dict(self._search.evaluation.evaluate(self._plan(params), 0, metrics).values)
+    def _exact(self, plan: Any, metrics: list[str]) -> dict[str, float]:
+        return dict(self._search.evaluation.evaluate(plan, 0, metrics).values)
 
     def _propose(self, number: int) -> dict[str, Any]:
         search = self._search
@@ -305,7 +306,8 @@ class SurrogateSampler(BaseSampler, SearchAware):
             return {}
         cheap = [m for m in self._metrics if m not in slow]
         with _quiet():  # once, not once a plan
-            rows = [self._exact(p, cheap) if cheap else {} for p in pool]
+            plans = [self._plan(p) for p in pool]  # once: each is sized, scored and kinded
+            rows = [self._exact(p, cheap) if cheap else {} for p in plans]
         predicted = {m: models[m].predict(pool) for m in slow}
         for i, row in enumerate(rows):
             for m in slow:
@@ -313,13 +315,13 @@ class SurrogateSampler(BaseSampler, SearchAware):
                 row[m] = float(mean[i])
                 if m == ACCURACY:
                     row[m] += self.optimism * float(sd[i])
-        kinds = [plan_kind(self._plan(p).to_dict()) for p in pool]
+        kinds = [plan_kind(p.to_dict()) for p in plans]
         scores = self._scores(rows, kinds)
         order = np.argsort(-scores)[: self.finalists]
         expensive = [m for m in slow if m != ACCURACY]
         if expensive:
             for i in order:
-                rows[i].update(self._exact(pool[i], expensive))
+                rows[i].update(self._exact(plans[i], expensive))
             finals = self._scores([rows[i] for i in order], [kinds[i] for i in order])
             best = int(order[int(np.argmax(finals))])
         else:

@@ -56,6 +56,7 @@ from ._students import (
 from ._surgery import ApplyError, kept_channels, swap_activations
 from ._techniques import (
     DROPPED,
+    PLAN_KINDS,
     ApplyInputs,
     Chooser,
     Distill,
@@ -65,6 +66,7 @@ from ._techniques import (
     SwapActivations,
     Technique,
     build_technique,
+    plan_kind,
     plan_techniques,
     register_technique,
     technique_kind,
@@ -92,6 +94,7 @@ __all__ = [
     "MLP",
     "MLP_HIDDEN",
     "PLAN_FORMAT_VERSION",
+    "PLAN_KINDS",
     "SUPPORTED_BITS",
     "SWAP_ACTIVATIONS",
     "Accelerator",
@@ -149,6 +152,7 @@ __all__ = [
     "model_cost",
     "model_device",
     "onnx_module_name",
+    "plan_kind",
     "plan_techniques",
     "quant_bits",
     "quantize_onnx_int8",

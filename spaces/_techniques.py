@@ -62,7 +62,7 @@ class Technique:
             quantization 40 (fake quantization wraps the final weights).
         kind: what a plan holding this technique's data does to the model, as a cheap
             rung underrates it: ``"pruned"`` (removes structure or weights),
-            ``"quantized"`` (fewer bits), else ``""`` (the search's ``plan_kind``).
+            ``"quantized"`` (fewer bits), else ``""`` (``plan_kind``).
     """
 
     name: ClassVar[str] = ""
@@ -153,6 +153,26 @@ def technique_kind(name: str) -> str:
     """The ``kind`` of the technique registered as ``name`` ("" if none is)."""
     cls = TECHNIQUES.get(name)
     return cls.kind if cls is not None else ""
+
+
+#: what a plan mainly does (``plan_kind``)
+PLAN_KINDS = ("student", "pruned", "quantized", "other")
+
+
+def plan_kind(plan: Mapping[str, Any]) -> str:
+    """What a plan (``Plan.to_dict()``) mainly does, as a cheap rung underrates it:
+    ``student`` (a smaller architecture), ``pruned`` (channels, heads, layers or weights
+    removed, maybe quantized too: ``prune``, ``sparsity``, or a technique of that
+    ``Technique.kind``), ``quantized`` (fewer bits, nothing removed), else ``other``.
+    Promotion learns how far a cheap rung underrates each kind apart."""
+    if plan.get("student"):
+        return "student"
+    kinds = {technique_kind(name) for name in plan.get("techniques") or {}}
+    removed = [*(plan.get("prune") or {}).values(), *(plan.get("sparsity") or {}).values()]
+    if "pruned" in kinds or any(float(v) > 0 for v in removed):
+        return "pruned"
+    bits = [b for key in ("weight_bits", "act_bits") for b in (plan.get(key) or {}).values()]
+    return "quantized" if "quantized" in kinds or any(int(b) < 32 for b in bits) else "other"
 
 
 def build_technique(name: str, options: Mapping[str, Any] | None = None) -> Technique:

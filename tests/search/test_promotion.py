@@ -267,7 +267,7 @@ def test_a_rung_blind_to_the_bound_judges_its_plans_with_the_gap_and_sends_them_
 
 
 def test_a_plans_kind_is_what_it_mainly_does() -> None:
-    from frontier.search._front import plan_kind
+    from frontier.spaces import plan_kind
 
     assert plan_kind({"prune": {"a": 0.5}, "weight_bits": {"a": 8}}) == "pruned"
     assert plan_kind({"sparsity": {"a": 0.5}}) == "pruned"
@@ -327,7 +327,7 @@ def test_a_shortfall_learnt_before_kinds_holds_for_every_kind() -> None:
 
 
 def test_a_registered_techniques_kind_carries_to_the_plan() -> None:
-    from frontier.search._front import plan_kind
+    from frontier.spaces import plan_kind
 
     # the text space's head and FFN pruning and layer drop remove structure; its
     # embedding quantization only lowers bits
