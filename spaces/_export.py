@@ -9,6 +9,7 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._forward import eval_mode
+from ._forward import SpaceError, eval_mode
 from ._onnx_int8 import WEIGHTED_OPS, fp32_nodes, onnx_module_name, quantize_onnx_int8
 from ._plan import CompressionPlan
 from ._quant import strip
@@ -80,10 +81,11 @@ def _export_fp32(
     model: nn.Module, args: tuple[Any, ...], path: Path, input_names: list[str], opset: int
 ) -> None:
     """``model`` with its simulation stripped, exported by PyTorch as FP32 to ``path``,
-    its batch dimension dynamic."""
+    its batch dimension dynamic. A model PyTorch cannot export is a ``SpaceError``
+    naming what the exporter refused: nothing of it can be timed or deployed."""
     fp32 = strip(copy.deepcopy(model)).eval()
     axes = {name: {0: "batch"} for name in [*input_names, "output"]}
-    with warnings.catch_warnings(), torch.no_grad(), eval_mode(fp32):
+    with warnings.catch_warnings(), torch.no_grad(), eval_mode(fp32), _exportable(args):
         warnings.simplefilter("ignore")
         torch.onnx.export(
             fp32,
@@ -95,6 +97,25 @@ def _export_fp32(
             output_names=["output"],
             dynamic_axes=axes,
         )
+
+
+@contextmanager
+def _exportable(args: tuple[Any, ...]) -> Iterator[None]:
+    """PyTorch's refusal to export (an operator ONNX has no form for at these shapes)
+    as a ``SpaceError`` in one line."""
+    try:
+        yield
+    except torch.onnx.errors.OnnxExporterError as err:
+        # its first sentence: the rest asks for a PyTorch issue and dumps a graph value
+        said = str(err).strip().split(". Please")[0].split(" [Caused by")[0].splitlines()
+        what = said[0] if said else type(err).__name__
+        shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
+        raise SpaceError(
+            f"the model cannot be exported to ONNX, which Frontier times and deploys it "
+            f"as (example inputs {shapes}): PyTorch says: {what}. "
+            "Change that layer, or the example inputs' size where the operator depends "
+            "on it"
+        ) from err
 
 
 def export_onnx(

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from frontier.search.cli import main
 
@@ -183,6 +184,7 @@ def _data(n, seed):
 class Small(Task):
     def __init__(self, model="mlp", example_width=64, train_empty=False):  # model: BASE's
         self.width, self.train_empty, self._model = example_width, train_empty, None
+        self.kind = model
 
     def loaders(self, *, batch_size=32):
         val, test = (DataLoader(_data(128, s), batch_size=batch_size) for s in (1, 2))
@@ -196,6 +198,11 @@ class Small(Task):
         if self._model is None:
             torch.manual_seed(0)
             self._model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 2)).eval()
+            if self.kind == "pool-up":  # a 2x2 map pooled up to 3x3: no ONNX form
+                self._model = nn.Sequential(
+                    nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 4, 3, stride=4),
+                    nn.AdaptiveAvgPool2d(3), nn.Flatten(), nn.Linear(36, 2),
+                ).eval()
         return self._model
 """
 
@@ -214,6 +221,23 @@ def small_task(workdir: Path, monkeypatch: pytest.MonkeyPatch):
         )
 
     return config
+
+
+def test_a_model_pytorch_cannot_export_to_onnx_is_one_line(
+    write_config, small_task, capsys
+) -> None:
+    """Its table needs the model as ONNX: the refusal names PyTorch's reason and the
+    example inputs, before any trial."""
+    path = small_task(write_config, model="pool-up")
+    config = yaml.safe_load(path.read_text())
+    config["objectives"] = ["accuracy", "latency_ms@local-cpu"]
+    path.write_text(yaml.safe_dump(config))
+    _fails(
+        capsys,
+        ["search", str(path), "--no-progress"],
+        "cannot be exported to ONNX, which Frontier times and deploys it as (example inputs "
+        "(1, 64)): PyTorch says: Unsupported: ONNX export of operator adaptive_avg_pool2d",
+    )
 
 
 def test_a_model_and_example_that_disagree_name_both_shapes(
