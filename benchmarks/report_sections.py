@@ -1040,12 +1040,58 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+#: a space's distinct ops are enumerated within this many seconds (issue 68)
+ENUMERATE_TARGET_S = 60.0
+
+
+def every_model_section(logged: dict[str, Any]) -> list[str]:
+    """``bench_every_model.py``: each torchvision classification model's table built and
+    run, and what did not run."""
+    models = logged.get("models", {})
+    entries = sorted(models.values(), key=lambda e: e["model"])
+    ran = [e for e in entries if "rows" in e]
+    clean = [e for e in ran if e["not_ok"] == 0]
+    slow = [e for e in ran if e["enumerate_cpu_s"] > ENUMERATE_TARGET_S]
+    lines = [
+        "### A table for every model (`benchmarks/bench_every_model.py`)",
+        "",
+        "Each torchvision classification model (random weights, 10 classes) at 96x96 "
+        "(224x224 where it takes nothing else), prune 0/0.5, INT8 or FP32 per layer: its "
+        f"distinct ops enumerated, every op model and {logged.get('whole', 3)} seeded whole "
+        "models built and run once. Targets: every row runs; enumeration within "
+        f"{ENUMERATE_TARGET_S:.0f} s.",
+        "",
+        f"{len(entries)} models tried ({logged.get('machine', '')}): {len(clean)} of "
+        f"{len(ran)} that ran have every row running; {len(slow)} enumerated over "
+        f"{ENUMERATE_TARGET_S:.0f} s; {len(entries) - len(ran)} did not finish.",
+        "",
+        "| model | input | layers | ops | enumerate (CPU) | bundle | rows not ok | wall | date |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        if "rows" not in e:
+            lines.append(
+                f"| {e['model']} | {e['status']}: {e.get('error', '')[:100]} | | | | | | "
+                f"{e.get('wall_s', 0):.0f} s | {e.get('date', '')} |"
+            )
+            continue
+        lines.append(
+            f"| {e['model']} | {e['size']} | {e['layers']} | {e['ops']} | "
+            f"{e['enumerate_cpu_s']:.1f} s | {e['bundle_s']:.0f} s | "
+            f"{e['not_ok']} of {e['rows']} | "
+            f"{e['wall_s']:.0f} s | {e['date']} |"
+        )
+    notes = [f"{e['model']}: {'; '.join(e['errors'])}" for e in ran if e["not_ok"] and e["errors"]]
+    return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
+
+
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
     for filename, section in (
         ("latency-trust.json", latency_trust_section),
         ("residuals.json", residuals_section),
+        ("every-model.json", every_model_section),
         ("first-table.json", first_table_section),
         ("cluster.json", cluster_section),
         ("remote-devices.json", remote_devices_section),
