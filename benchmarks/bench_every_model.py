@@ -141,6 +141,9 @@ def run_child(name: str, whole: int, timeout_s: float, log: Path) -> dict[str, A
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
             return {"model": name, "status": "timeout", "error": f"over {timeout_s:.0f} s"}
+        except BaseException:  # Ctrl-C or a kill of this run: its model goes too
+            os.killpg(child.pid, signal.SIGKILL)
+            raise
     wall_s = time.perf_counter() - start
     if rc != 0 or not result.exists():
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
@@ -150,6 +153,7 @@ def run_child(name: str, whole: int, timeout_s: float, log: Path) -> dict[str, A
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds to run_child's kill
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", nargs="*", help="these models (run again if logged)")
     parser.add_argument("--limit", type=int, help="at most this many models not yet logged")
