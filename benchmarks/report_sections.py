@@ -1063,7 +1063,8 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
         "",
         f"{len(entries)} models tried ({logged.get('machine', '')}): {len(clean)} of "
         f"{len(ran)} that ran have every row running; {len(slow)} enumerated over "
-        f"{ENUMERATE_TARGET_S:.0f} s; {len(entries) - len(ran)} did not finish.",
+        f"{ENUMERATE_TARGET_S:.0f} s; {len(entries) - len(ran)} stopped before running "
+        "(the table below says where and why).",
         "",
         "| model | input | layers | ops | enumerate (CPU) | bundle | rows not ok | wall | date |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -1071,7 +1072,7 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
     for e in entries:
         if "rows" not in e:
             lines.append(
-                f"| {e['model']} | {e['status']}: {e.get('error', '')[:100]} | | | | | | "
+                f"| {e['model']} | {e['status']} (below) | | | | | | "
                 f"{e.get('wall_s', 0):.0f} s | {e.get('date', '')} |"
             )
             continue
@@ -1081,7 +1082,10 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
             f"{e['not_ok']} of {e['rows']} | "
             f"{e['wall_s']:.0f} s | {e['date']} |"
         )
-    notes = [f"{e['model']}: {'; '.join(e['errors'])}" for e in ran if e["not_ok"] and e["errors"]]
+    notes = [
+        f"{e['model']}: {e['status']}: {e.get('error', '')}" for e in entries if "rows" not in e
+    ]
+    notes += [f"{e['model']}: {'; '.join(e['errors'])}" for e in ran if e["not_ok"] and e["errors"]]
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
 
