@@ -87,12 +87,13 @@ def test_boundaries_sit_where_the_precision_changes(chain) -> None:
 def test_int8_and_fp32_chains_are_priced_as_they_run(chain, tmp_path) -> None:
     """The plain sum of the table's ops (no calibration fitted on whole models) prices
     the all-INT8 chain against the FP32 chain within 10% of the speed-up measured, and
-    sees what measurement sees: which of the two is faster. The speed-up, not the milliseconds: the two chains are measured side by side,
-    round-robin, so a change of the machine's speed between building the table and
-    measuring cancels in their ratio; on the CI machine that change reached 30% within
-    a minute (the start-of-search check's warnings), so a millisecond bound there tests
-    the machine. Up to four attempts (each a fresh table and fresh measurements) are
-    allowed before the claim fails; every attempt is reported."""
+    sees what measurement sees: which of the two is faster. The speed-up, not the
+    milliseconds: the two chains are measured side by side, round-robin, so a change of
+    the machine's speed between building the table and measuring cancels in their ratio;
+    on the CI machine that change reached 30% within a minute (the start-of-search
+    check's warnings), so a millisecond bound there tests the machine. Up to four
+    attempts (each a fresh table and fresh measurements) are allowed before the claim
+    fails; every attempt is reported."""
     from frontier.latency_models import DeviceStore
 
     model, x, space, calibration = chain
