@@ -7,6 +7,7 @@ import logging
 import math
 import re
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -427,8 +428,6 @@ def discover(
         for found, name, reason in _graph.iter_groups(graph):
             if found is None:
                 skipped.append(SkippedGroup(name, reason or ""))
-                if reason and "output" not in reason:
-                    warnings.warn(f"{name} is left out of pruning: {reason}", stacklevel=2)
             elif _selected(found.name, options):
                 groups.append(
                     LayerGroup(
@@ -439,6 +438,7 @@ def discover(
                         channel_groups=found.channel_groups,
                     )
                 )
+    _warn_left_out([s for s in skipped if s.reason and "output" not in s.reason])
     ran = _layers_run(model, example_inputs)
     idle = [
         name
@@ -477,4 +477,26 @@ def discover(
         skipped=tuple(skipped),
         options=options,
         students=students,
+    )
+
+
+#: groups left out of pruning named one warning each up to this many; more share one
+LEFT_OUT_NAMED = 3
+
+
+def _warn_left_out(left_out: list[SkippedGroup]) -> None:
+    """Warn of the groups left out of pruning (the model's output aside): one warning
+    each where there are few, else one for all of them (ShuffleNet's channel shuffle
+    leaves out a group per block) with the reason most of them share."""
+    if len(left_out) <= LEFT_OUT_NAMED:
+        for s in left_out:
+            warnings.warn(f"{s.name} is left out of pruning: {s.reason}", stacklevel=3)
+        return
+    reason, count = Counter(s.reason for s in left_out).most_common(1)[0]
+    names = ", ".join(s.name for s in left_out[:LEFT_OUT_NAMED])
+    share = "all for one reason" if count == len(left_out) else f"{count} of them for"
+    warnings.warn(
+        f"{len(left_out)} groups are left out of pruning ({names}, ...; `frontier space` "
+        f"lists each), {share}: {reason}",
+        stacklevel=3,
     )

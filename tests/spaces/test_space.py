@@ -118,8 +118,13 @@ def test_a_channel_shuffle_model_prunes_inside_its_blocks() -> None:
 
     model = torchvision.models.shufflenet_v2_x0_5(num_classes=10).eval()
     x = torch.randn(1, 3, 32, 32)
-    with pytest.warns(UserWarning, match="left out of pruning"):
+    with pytest.warns(UserWarning, match="left out of pruning") as caught:
         space = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5)))
+    # one warning for the shuffle's groups, not one per block
+    (said,) = [str(w.message) for w in caught if "left out of pruning" in str(w.message)]
+    left_out = [s for s in space.skipped if "output" not in s.reason]
+    assert said.startswith(f"{len(left_out)} groups are left out of pruning (stage2.0")
+    assert "all for one reason: Torch-Pruning cannot group it" in said
     names = {g.name for g in space.groups}
     assert {"stage2.1.branch2.0", "stage3.4.branch2.0", "stage4.0.branch2.0"} <= names
     assert "stage2.1.branch2.5" in {s.name for s in space.skipped}  # through the shuffle
