@@ -270,8 +270,8 @@ def _tiny_fashion_search(name: str, root: Path, extra: dict[str, Any]) -> Any:
                 "latency_ms@local-cpu",
             ],
             # the configs' surrogate sampler scores each per-layer choice alone first:
-            # no activation bits keeps them to about 80 (EfficientNet-Lite0's test keeps
-            # them to 20 by searching its last blocks alone: 75 took 100 s)
+            # no activation bits keeps them to about 80, and each test cuts them further
+            # (EfficientNet-Lite0's 75 took 100 s)
             "space.act_bits": [32],
             "search.trials": 4,
             "search.population": 2,
@@ -296,7 +296,10 @@ def test_mobilenetv2_runs_on_fashion_mnist_with_real_accuracy_by_default(
     assert main([*missing, "--set", f"task.options.root={tmp_path / 'none'}"]) == 2
     assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
     root = _write_fake_fashion(tmp_path / "fashion")
-    config = _tiny_fashion_search("mobilenetv2-flops40", root, {"task.options.epochs": 2})
+    # its constraint is on MACs, which pruning cuts: FP32 and one ratio keep the
+    # sensitivity pass to its 25 pruning groups, not 103 choices (80 s)
+    extra = {"task.options.epochs": 2, "space.weight_bits": [32], "space.prune_ratios": [0, 0.5]}
+    config = _tiny_fashion_search("mobilenetv2-flops40", root, extra)
     assert config.task.name == "fashion-mnist"
     result = run(config, progress=False)
     trials = result.trials[result.trials.state == "complete"]
