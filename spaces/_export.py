@@ -85,7 +85,13 @@ def _export_fp32(
     naming what the exporter refused: nothing of it can be timed or deployed."""
     fp32 = strip(copy.deepcopy(model)).eval()
     axes = {name: {0: "batch"} for name in [*input_names, "output"]}
-    with warnings.catch_warnings(), torch.no_grad(), eval_mode(fp32), _exportable(args):
+    with (
+        warnings.catch_warnings(),
+        torch.no_grad(),
+        eval_mode(fp32),
+        _mha_as_ops(),
+        _exportable(args),
+    ):
         warnings.simplefilter("ignore")
         torch.onnx.export(
             fp32,
@@ -97,6 +103,19 @@ def _export_fp32(
             output_names=["output"],
             dynamic_axes=axes,
         )
+
+
+@contextmanager
+def _mha_as_ops() -> Iterator[None]:
+    """``nn.MultiheadAttention`` traced as its matmuls and softmax: in eval mode under
+    ``no_grad`` PyTorch runs it as one fused ``_native_multi_head_attention`` kernel,
+    which ONNX has no form for (every torchvision ViT failed to export)."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
 
 
 @contextmanager

@@ -262,3 +262,32 @@ def test_an_untrained_mobilenet_at_16_bits_exports_a_model_onnx_runtime_loads(tm
     scale = float(np.abs(want).max())
     assert scale > 0
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * scale)
+
+
+class _Attention(torch.nn.Module):
+    """A ViT's encoder layer in small: what every torchvision ViT and Swin block holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(x).mean(dim=1))
+
+
+def test_attention_exports_and_runs_as_in_pytorch(tmp_path) -> None:
+    """In eval mode PyTorch runs attention as one fused kernel ONNX cannot express (every
+    torchvision ViT failed to export): the export traces it as its matmuls, and ONNX
+    Runtime gives PyTorch's outputs."""
+    torch.manual_seed(0)
+    model = _Attention().eval()
+    x = torch.randn(1, 6, 16)
+    plan = CompressionPlan()
+    result = export_onnx(model, plan, (x,), tmp_path / "attention.onnx")
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    (out,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    assert torch.backends.mha.get_fastpath_enabled()  # PyTorch's own setting restored
