@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._context import fit_context
+from ._context import boundary_features, fit_context
 from ._ops import OpSpec
 
 #: Feature groups of the ``groups`` calibration: the per-op sums of each are scaled.
@@ -120,6 +120,61 @@ class GroupsCalibration:
         return float(group_sums(pricer, specs, chain=self.chain) @ coef) + pricer.overhead_ms
 
 
+class AffineCalibration:
+    """A line with its own intercept through each op group's sum (``GroupsCalibration``'s
+    sums, in the chain or, ``chain=False``, as each row ran alone) and the plan's number
+    of precision boundaries: latency ~ intercept + sum_g coef_g * sum_g + boundary_ms *
+    boundaries, fitted to the calibration models' relative errors.
+
+    Its intercept may come out below the per-run overhead: an op timed alone carries a
+    fixed cost a whole graph does not pay once per op, and a line held through the
+    overhead then tilts to meet it, pricing fast plans slow and slow plans fast (fresh
+    tables of MNASNet and RegNet priced the fastest plans 15-45% slow). The group and
+    boundary coefficients stay non-negative: no op and no boundary makes a model faster.
+    """
+
+    def __init__(self, chain: bool = True) -> None:
+        self.chain = chain
+        self.name = "affine" if chain else "isolated-affine"
+
+    def _x(self, pricer: Pricer, specs: list[OpSpec]) -> np.ndarray:
+        boundaries = boundary_features(specs)[2] if specs else 0.0
+        return np.array([*group_sums(pricer, specs, chain=self.chain), boundaries, 1.0])
+
+    def fit(self, pricer: Pricer, samples: list[Sample]) -> dict[str, Any] | None:
+        from scipy.optimize import lsq_linear
+
+        n_cols = len(CALIBRATION_GROUPS) + 2
+        if len(samples) < n_cols + 2:
+            return None
+        x = np.array([self._x(pricer, s.specs) for s in samples])
+        y = np.array([s.measured_ms for s in samples])
+        used = np.abs(x).sum(axis=0) > 0
+        # relative errors: each model's row divided by its latency
+        xw, yw = x[:, used] / y[:, None], np.ones(len(y))
+        scale = np.maximum(np.abs(xw).max(axis=0), 1e-12)
+        lower = np.where(np.arange(n_cols)[used] == n_cols - 1, -np.inf, 0.0)
+        fit = lsq_linear(xw / scale, yw, bounds=(lower, np.full(len(lower), np.inf)))
+        coef = np.zeros(n_cols)
+        coef[used] = fit.x / scale
+        return {
+            "coef": dict(zip(CALIBRATION_GROUPS, map(float, coef[:-2]), strict=True)),
+            "boundary_ms": float(coef[-2]),
+            "intercept_ms": float(coef[-1]),
+        }
+
+    def predict(self, pricer: Pricer, fitted: Any, specs: list[OpSpec]) -> float:
+        coef = np.array(
+            [
+                *(fitted["coef"].get(g, 1.0) for g in CALIBRATION_GROUPS),
+                fitted["boundary_ms"],
+                fitted["intercept_ms"],
+            ]
+        )
+        # a whole model never runs in less than one run's overhead
+        return max(float(self._x(pricer, specs) @ coef), pricer.overhead_ms)
+
+
 class ContextCalibration:
     """In-context op times and gap glue from the profiled calibration models
     (``_context``); prices by the table only the ops no calibration model ran."""
@@ -149,6 +204,8 @@ CALIBRATIONS: dict[str, Calibration] = {
         SumCalibration(chain=False),
         GroupsCalibration(),
         GroupsCalibration(chain=False),
+        AffineCalibration(),
+        AffineCalibration(chain=False),
         ContextCalibration(),
     )
 }
