@@ -1013,7 +1013,9 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
         "loop in two passes (each visit beside the uncompressed model; the second pass is "
         "the ceiling). 'isolated': each op priced as its row ran alone; 'chain': the layout "
         "conversions a run of kernels in one layout pays once taken out (`chain_ms`); "
-        "'sum': without the table's calibration. Errors by group and per unit are of "
+        "'sum': without the table's calibration; 'chain, before': the same table's "
+        "calibration chosen without the affine line (entries from 2026-12-01 on), beside "
+        "the one it chose. Errors by group and per unit are of "
         "speed-ups over the uncompressed model (a change of the machine's speed moves no "
         "speed-up).",
         "",
@@ -1024,13 +1026,19 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in results.items():
-        for pricing in ("isolated", "chain", "isolated sum", "chain sum"):
+        pricings = ("chain, before", "chain", "isolated", "isolated sum", "chain sum")
+        for pricing in (p for p in pricings if p in r):
             s = r[pricing]
+            label = pricing
+            if pricing == "chain" and r.get("calibration_before"):
+                label = f"chain ({r['calibration']})"
+            elif pricing == "chain, before":
+                label = f"chain, before ({r['calibration_before']})"
             groups_text = ", ".join(f"{g} {e:+.1%}" for g, e in s["group_median_error"].items())
             line = s["residual_line"]
             lines.append(
                 f"| {key} | {r['ceiling']['within_10pct']:.0%} / "
-                f"{r['speedup_ceiling']['within_10pct']:.0%} | {pricing} | "
+                f"{r['speedup_ceiling']['within_10pct']:.0%} | {label} | "
                 f"{s['random']['within_10pct']:.0%} / {s['random']['mape']:.1%} | "
                 f"{s['corners_within_10pct']} / {s['corner_speedups_within_10pct']} of 6 | "
                 f"{s['speedups']['within_10pct']:.0%} / {s['speedups']['mape']:.1%} | "

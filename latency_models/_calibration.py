@@ -46,9 +46,17 @@ class Pricer(Protocol):
 
 
 class Calibration(Protocol):
-    """A way to turn op prices into whole-model latency, fitted on ``Sample``s."""
+    """A way to turn op prices into whole-model latency, fitted on ``Sample``s.
+
+    ``flexible``: it fits more freedom than the rest (an intercept of its own), so
+    ``_choose`` takes it only where it beats the best of the others by more than one
+    standard error: on fresh ResNet-18 tables the affine line won cross-validation by
+    a little and then predicted plain-loop speed-ups worse (85% and 75% within 10%,
+    against 95% and 95%).
+    """
 
     name: str
+    flexible: bool
 
     def fit(self, pricer: Pricer, samples: list[Sample]) -> Any:
         """The fitted state, or None where these samples cannot fit it."""
@@ -84,6 +92,8 @@ class SumCalibration:
     """The plain sum of the op prices in the chain (``chain_ms``; ``chain=False``: as
     each row ran alone, ``isolated-sum``) plus one per-run overhead."""
 
+    flexible = False
+
     def __init__(self, chain: bool = True) -> None:
         self.chain = chain
         self.name = "sum" if chain else "isolated-sum"
@@ -100,6 +110,8 @@ class GroupsCalibration:
     or with ``chain=False`` as each row ran alone, ``isolated-groups``) scaled by a
     factor fitted by non-negative least squares: latency ~ overhead + sum_g coef_g *
     sum_g."""
+
+    flexible = False
 
     def __init__(self, chain: bool = True) -> None:
         self.chain = chain
@@ -132,6 +144,8 @@ class AffineCalibration:
     tables of MNASNet and RegNet priced the fastest plans 15-45% slow). The group and
     boundary coefficients stay non-negative: no op and no boundary makes a model faster.
     """
+
+    flexible = True
 
     def __init__(self, chain: bool = True) -> None:
         self.chain = chain
@@ -180,6 +194,7 @@ class ContextCalibration:
     (``_context``); prices by the table only the ops no calibration model ran."""
 
     name = "context"
+    flexible = False
 
     def fit(self, pricer: Pricer, samples: list[Sample]) -> Any:
         profiled = [

@@ -120,16 +120,11 @@ def choose(
             cv[name] = _mape(pred, measured)
     best, weights = "sum", {"sum": 1.0}
     if oof:
-        ranked = sorted(oof, key=cv.__getitem__)
-        best, weights = ranked[0], {ranked[0]: 1.0}
-        if len(ranked) >= 2:
-            # convex blends of the two best, judged on the same out-of-fold predictions
-            a, b = ranked[:2]
-            for w, suffix in BLEND_WEIGHTS:
-                name = f"{a}+{b}{suffix}"
-                cv[name] = _mape(w * oof[a] + (1 - w) * oof[b], measured)
-                if cv[name] < cv[best]:
-                    best, weights = name, {a: w, b: 1 - w}
+        best, weights = _best(oof, measured, cv, lambda name: True)
+        if any(CALIBRATIONS[m].flexible for m in weights):
+            plain = _best(oof, measured, cv, lambda name: not CALIBRATIONS[name].flexible)
+            if not _beats(oof, weights, plain[1], measured):
+                best, weights = plain
     fitted = {m: CALIBRATIONS[m].fit(pricer, samples) for m in weights}
     choice = Choice(best, _predictor(weights, fitted), cv, weights, fitted)
     if correct and len(samples) >= MIN_CORRECTION_MODELS and oof:
@@ -138,6 +133,42 @@ def choose(
         ]
         _try_correction(pricer, samples, folds, per_fold, measured, choice)
     return choice
+
+
+def _blend(oof: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    return np.asarray(sum(w * oof[m] for m, w in weights.items()))
+
+
+def _best(
+    oof: dict[str, np.ndarray], measured: np.ndarray, cv: dict[str, float], allowed: Any
+) -> tuple[str, dict[str, float]]:
+    """The ``allowed`` calibration, or convex blend of the two best of them, with the
+    lowest cross-validated MAPE (each blend's is added to ``cv``)."""
+    ranked = sorted((n for n in oof if allowed(n)), key=cv.__getitem__)
+    if not ranked:
+        return "sum", {"sum": 1.0}
+    best, weights = ranked[0], {ranked[0]: 1.0}
+    if len(ranked) >= 2:
+        # convex blends of the two best, judged on the same out-of-fold predictions
+        a, b = ranked[:2]
+        for w, suffix in BLEND_WEIGHTS:
+            name = f"{a}+{b}{suffix}"
+            cv[name] = _mape(_blend(oof, {a: w, b: 1 - w}), measured)
+            if cv[name] < cv[best]:
+                best, weights = name, {a: w, b: 1 - w}
+    return best, weights
+
+
+def _beats(
+    oof: dict[str, np.ndarray],
+    weights: dict[str, float],
+    other: dict[str, float],
+    measured: np.ndarray,
+) -> bool:
+    """Whether the calibration ``weights`` predicts held-out models better than ``other``
+    by more than one standard error of the paired gain in relative error."""
+    gain = np.abs(_blend(oof, other) / measured - 1) - np.abs(_blend(oof, weights) / measured - 1)
+    return bool(gain.mean() > gain.std(ddof=1) / np.sqrt(len(gain)))
 
 
 def _mape(pred: np.ndarray, measured: np.ndarray) -> float:
