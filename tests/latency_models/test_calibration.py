@@ -43,7 +43,7 @@ def _plan(rng: np.random.Generator, width: list[int], p_int8: float) -> list[OpS
 
 
 def _spread(rng: np.random.Generator) -> list[OpSpec]:
-    """A plan drawn as ``_corners.spread_plan`` draws them: its own mix first."""
+    """A plan that draws its own mix first: a range of widths and a chance of INT8."""
     low, high = sorted(rng.choice(len(WIDTHS), size=2))
     return _plan(rng, WIDTHS[low : high + 1], float(rng.random()))
 
