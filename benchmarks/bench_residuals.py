@@ -185,7 +185,7 @@ def summary(pred: list[float], meas: list[float]) -> dict[str, Any]:
 def without(names: tuple[str, ...]) -> Iterator[None]:
     """The table's cross-validation without the calibrations ``names``: how the same
     fresh table priced before they were offered."""
-    from frontier.latency_models._calibration import CALIBRATIONS
+    from frontier.latency_models import CALIBRATIONS
 
     saved = {n: CALIBRATIONS.pop(n) for n in names if n in CALIBRATIONS}
     try:

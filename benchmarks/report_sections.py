@@ -1015,7 +1015,10 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
         "conversions a run of kernels in one layout pays once taken out (`chain_ms`); "
         "'sum': without the table's calibration; 'chain, before': the same table's "
         "calibration chosen without the affine line (entries from 2026-12-01 on), beside "
-        "the one it chose. Errors by group and per unit are of "
+        "the one it chose. The 2026-12-01 tables were calibrated on spread plans (each "
+        "drawing its own INT8 share and prune mix; tried that day and left out); 'chain, "
+        "uniform plans' (#3) is a second fresh table of the same hour calibrated on "
+        "uniform plans in their place. Errors by group and per unit are of "
         "speed-ups over the uncompressed model (a change of the machine's speed moves no "
         "speed-up).",
         "",
@@ -1026,7 +1029,14 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in results.items():
-        pricings = ("chain, before", "chain", "isolated", "isolated sum", "chain sum")
+        pricings = (
+            "chain, uniform plans",
+            "chain, before",
+            "chain",
+            "isolated",
+            "isolated sum",
+            "chain sum",
+        )
         for pricing in (p for p in pricings if p in r):
             s = r[pricing]
             label = pricing
@@ -1034,6 +1044,8 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
                 label = f"chain ({r['calibration']})"
             elif pricing == "chain, before":
                 label = f"chain, before ({r['calibration_before']})"
+            elif pricing == "chain, uniform plans":
+                label = f"chain, uniform plans ({r['calibration_uniform']})"
             groups_text = ", ".join(f"{g} {e:+.1%}" for g, e in s["group_median_error"].items())
             line = s["residual_line"]
             lines.append(

@@ -17,6 +17,7 @@ from ._bundle import (
     space_ops,
     write_bundle,
 )
+from ._calibration import CALIBRATIONS
 from ._corners import corner_plans
 from ._devices import (
     CPU_1T,
@@ -61,6 +62,7 @@ from .runner import (
 )
 
 __all__ = [
+    "CALIBRATIONS",
     "CPU_1T",
     "VALIDATION_SEED0",
     "Device",
