@@ -187,9 +187,10 @@ def main() -> None:
         if "enumerate_s" in entry:
             said += (
                 f" at {entry['size']}x{entry['size']}"
-                f", {entry['ops']} ops enumerated in {entry['enumerate_cpu_s']:.1f} CPU s, "
-                f"{entry['not_ok']} of {entry['rows']} rows not ok"
+                f", {entry['ops']} ops enumerated in {entry['enumerate_cpu_s']:.1f} CPU s"
             )
+        if "rows" in entry:  # a model that stopped before its rows ran has none
+            said += f", {entry['not_ok']} of {entry['rows']} rows not ok"
         if entry.get("error"):
             said += f": {entry['error'][:120]}"
         print(f"[{i}/{len(todo)}] {name}: {said} ({entry.get('wall_s', 0):.0f} s)", flush=True)

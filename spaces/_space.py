@@ -29,6 +29,7 @@ from ._plan import (
 )
 from ._quant import channel_axis
 from ._students import build_student
+from ._surgery import prune_model
 from ._techniques import (
     Chooser,
     Distill,
@@ -438,6 +439,7 @@ def discover(
                         channel_groups=found.channel_groups,
                     )
                 )
+    groups = _runs_pruned(model, example_inputs, groups, skipped, options)
     _warn_left_out([s for s in skipped if s.reason and "output" not in s.reason])
     ran = _layers_run(model, example_inputs)
     idle = [
@@ -478,6 +480,52 @@ def discover(
         options=options,
         students=students,
     )
+
+
+RUNS_NO_MORE = "pruned, the model no longer runs"
+
+
+def _runs_pruned(
+    model: nn.Module,
+    example_inputs: Any,
+    groups: list[LayerGroup],
+    skipped: list[SkippedGroup],
+    options: SpaceOptions,
+) -> list[LayerGroup]:
+    """The ``groups`` the model still runs with pruned at the space's largest ratio; the
+    others go to ``skipped``. A layer that takes its width from an attribute rather than
+    from its input (torchvision's ViT reshapes by ``self.hidden_dim``) breaks once its
+    group is pruned, which the dependency graph cannot see. One copy pruned in every
+    group at once runs for nearly every model; only where it does not is each group
+    tried alone."""
+    ratio = max(options.prune_ratios, default=0.0)
+    if not groups or ratio <= 0:
+        return groups
+
+    def fails(names: list[str]) -> str | None:
+        import copy
+
+        probe = copy.deepcopy(model)
+        plan = CompressionPlan(prune=dict.fromkeys(names, ratio), round_to=options.round_to)
+        try:
+            prune_model(probe, plan, example_inputs)
+            with torch.no_grad(), eval_mode(probe):
+                run_model(probe, example_inputs)
+        except Exception as err:
+            said = str(err).strip().splitlines()
+            return f"{type(err).__name__}: {said[0] if said else ''}"[:200]
+        return None
+
+    if fails([g.name for g in groups]) is None:
+        return groups
+    kept = []
+    for group in groups:
+        why = fails([group.name])
+        if why is None:
+            kept.append(group)
+        else:
+            skipped.append(SkippedGroup(group.name, f"{RUNS_NO_MORE} ({why})"))
+    return kept
 
 
 #: groups left out of pruning named one warning each up to this many; more share one

@@ -10,6 +10,7 @@ from frontier.spaces import (
     SpaceError,
     SpaceOptions,
     StudentSpec,
+    apply_plan,
     discover,
 )
 
@@ -218,3 +219,33 @@ def test_a_layer_that_never_runs_in_eval_mode_is_left_out_and_plans_export(tmp_p
     plan = space.sample(0)
     result = export_onnx(apply_plan(model, plan, x), plan, x, tmp_path / "m.onnx")
     assert "INT8" in result.note and model.training is False
+
+
+class _PatchEmbed(nn.Module):
+    """As torchvision's ViT does: a patch convolution, then a reshape by the width it
+    was built with (``self.hidden``), not by the tensor's: pruning the patch
+    convolution breaks the forward, though the dependency graph couples nothing more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = 16
+        self.patch = nn.Conv2d(3, self.hidden, 4, stride=4)
+        self.mlp = nn.Linear(self.hidden, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.patch(x).reshape(x.shape[0], self.hidden, -1).permute(0, 2, 1)
+        return self.head(torch.relu(self.mlp(tokens)).mean(dim=1))
+
+
+def test_a_group_the_model_cannot_run_pruned_is_left_out() -> None:
+    model, x = _PatchEmbed().eval(), torch.randn(1, 3, 16, 16)
+    with pytest.warns(UserWarning, match="pruned, the model no longer runs"):
+        space = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5)))
+    names = [g.name for g in space.groups]
+    assert "patch" not in names and "mlp" in names, space.skipped
+    skipped = {s.name: s.reason for s in space.skipped}
+    assert "RuntimeError" in skipped["patch"]
+    # every plan of the space now runs
+    for seed in range(4):
+        apply_plan(model, space.sample(seed), x)(x)
