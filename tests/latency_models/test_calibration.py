@@ -8,7 +8,8 @@ from frontier.latency_models import LatencyModel
 from frontier.latency_models._calibration import CALIBRATIONS
 from frontier.latency_models._context import boundary_features
 from frontier.latency_models._ops import OpSpec
-from frontier.latency_models._table import DeviceTable, Row
+from frontier.latency_models._table import DeviceTable
+from tests.latency_models.synthetic import synthetic_table
 
 OVERHEAD_MS = 0.005
 #: what each op costs alone and not in a whole graph (its own launch, cold caches)
@@ -49,21 +50,14 @@ def _spread(rng: np.random.Generator) -> list[OpSpec]:
 
 
 def _table(calibration: list[list[OpSpec]], whole_ms=_whole_ms) -> DeviceTable:
-    rows = [Row("identity", "overhead", "identity", "Identity", "fp32", "ok", OVERHEAD_MS, 0, 0, 9)]
-    models: dict[str, dict] = {}
-    for cin in (3, *WIDTHS):
-        for cout in WIDTHS:
-            for p in ("fp32", "int8"):
-                s = _spec(p, cin, cout)
-                ms = _kernel_ms(s) + ALONE_MS + OVERHEAD_MS
-                rows.append(Row(s.key, "op", s.key, "conv", p, "ok", ms, ms, ms, 9))
-                models[s.key] = {"kind": "op", "spec": s.to_dict()}
-    for i, specs in enumerate(calibration):
-        key = f"calibration-test-{i}"
-        ms = whole_ms(specs)
-        rows.append(Row(key, "calibration", key, "", "", "ok", ms, ms, ms, 9))
-        models[key] = {"kind": "calibration", "seed": i, "op_keys": [s.key for s in specs]}
-    return DeviceTable("synthetic", {}, rows, models=models)
+    ops = [_spec(p, a, b) for a in (3, *WIDTHS) for b in WIDTHS for p in ("fp32", "int8")]
+    return synthetic_table(
+        ops,
+        lambda s: _kernel_ms(s) + ALONE_MS + OVERHEAD_MS,
+        calibration,
+        whole_ms,
+        OVERHEAD_MS,
+    )
 
 
 def _median_error(lm: LatencyModel, plans: list[list[OpSpec]]) -> float:

@@ -6,7 +6,8 @@ from frontier.latency_models import LatencyModel
 from frontier.latency_models._choose import Corrected
 from frontier.latency_models._correction import features
 from frontier.latency_models._ops import OpSpec
-from frontier.latency_models._table import DeviceTable, Row
+from frontier.latency_models._table import DeviceTable
+from tests.latency_models.synthetic import synthetic_table
 
 OVERHEAD_MS = 0.005
 
@@ -39,21 +40,10 @@ def _plan(rng: np.random.Generator) -> list[OpSpec]:
 
 
 def _table(calibration: list[list[OpSpec]], whole_ms=_whole_ms) -> DeviceTable:
-    rows = [Row("identity", "overhead", "identity", "Identity", "fp32", "ok", OVERHEAD_MS, 0, 0, 9)]
-    models: dict[str, dict] = {}
-    for cin in (3, 8, 16, 32):
-        for cout in (8, 16, 32):
-            for p in ("fp32", "int8"):
-                s = _spec(p, cin, cout)
-                ms = _isolated_ms(s) + OVERHEAD_MS
-                rows.append(Row(s.key, "op", s.key, "conv", p, "ok", ms, ms, ms, 9))
-                models[s.key] = {"kind": "op", "spec": s.to_dict()}
-    for i, specs in enumerate(calibration):
-        key = f"calibration-test-{i}"
-        ms = whole_ms(specs)
-        rows.append(Row(key, "calibration", key, "", "", "ok", ms, ms, ms, 9))
-        models[key] = {"kind": "calibration", "seed": i, "op_keys": [s.key for s in specs]}
-    return DeviceTable("synthetic", {}, rows, models=models)
+    ops = [_spec(p, a, b) for a in (3, 8, 16, 32) for b in (8, 16, 32) for p in ("fp32", "int8")]
+    return synthetic_table(
+        ops, lambda s: _isolated_ms(s) + OVERHEAD_MS, calibration, whole_ms, OVERHEAD_MS
+    )
 
 
 def test_features_count_op_keys_and_precision_edges() -> None:
