@@ -182,20 +182,19 @@ def summary(pred: list[float], meas: list[float]) -> dict[str, Any]:
 
 
 @contextmanager
-def without(names: tuple[str, ...]) -> Iterator[None]:
-    """The table's cross-validation without the calibrations ``names``: how the same
-    fresh table priced before they were offered."""
+def without_flexible() -> Iterator[None]:
+    """The table's cross-validation without the calibrations with an intercept of their
+    own (``flexible``: the affine lines, offered since 2026-12-01): how the same fresh
+    table priced before them."""
     from frontier.latency_models import CALIBRATIONS
 
-    saved = {n: CALIBRATIONS.pop(n) for n in names if n in CALIBRATIONS}
+    saved = {n: c for n, c in CALIBRATIONS.items() if c.flexible}
+    for name in saved:
+        del CALIBRATIONS[name]
     try:
         yield
     finally:
         CALIBRATIONS.update(saved)
-
-
-#: the calibrations issue 68's second stop offered, left out in the "chain, before" pricing
-NEW_CALIBRATIONS = ("affine", "isolated-affine")
 
 
 def run_table(name: str, samples: int, table_no: int) -> dict[str, Any]:
@@ -236,7 +235,7 @@ def run_table(name: str, samples: int, table_no: int) -> dict[str, Any]:
                 ]
                 # speed-ups are stated against the uncompressed model as the table measured it
                 bases[key] = lm.predict(model, base_plan).latency_ms
-        with without(NEW_CALIBRATIONS):
+        with without_flexible():
             lm = LatencyModel(table)
             lm.bind(model, x, space)
             predictors["chain, before"] = [

@@ -152,7 +152,7 @@ class AffineCalibration:
         self.name = "affine" if chain else "isolated-affine"
 
     def _x(self, pricer: Pricer, specs: list[OpSpec]) -> np.ndarray:
-        boundaries = boundary_features(specs)[2] if specs else 0.0
+        boundaries = boundary_features(specs)[2]
         return np.array([*group_sums(pricer, specs, chain=self.chain), boundaries, 1.0])
 
     def fit(self, pricer: Pricer, samples: list[Sample]) -> dict[str, Any] | None:

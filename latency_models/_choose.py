@@ -11,7 +11,7 @@ comes out is a ``Predictor``: whole-model latency from a model's ops, a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -140,7 +140,10 @@ def _blend(oof: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
 
 
 def _best(
-    oof: dict[str, np.ndarray], measured: np.ndarray, cv: dict[str, float], allowed: Any
+    oof: dict[str, np.ndarray],
+    measured: np.ndarray,
+    cv: dict[str, float],
+    allowed: Callable[[str], bool],
 ) -> tuple[str, dict[str, float]]:
     """The ``allowed`` calibration, or convex blend of the two best of them, with the
     lowest cross-validated MAPE (each blend's is added to ``cv``)."""
@@ -168,6 +171,12 @@ def _beats(
     """Whether the calibration ``weights`` predicts held-out models better than ``other``
     by more than one standard error of the paired gain in relative error."""
     gain = np.abs(_blend(oof, other) / measured - 1) - np.abs(_blend(oof, weights) / measured - 1)
+    return _real_gain(gain)
+
+
+def _real_gain(gain: np.ndarray) -> bool:
+    """Whether a paired gain per held-out model is more than one standard error above
+    nothing: with many candidates and tens of models, a small CV gain is often luck."""
     return bool(gain.mean() > gain.std(ddof=1) / np.sqrt(len(gain)))
 
 
@@ -208,8 +217,7 @@ def _try_correction(
         return
     # kept only where it helps by more than one standard error of the paired gain:
     # with hundreds of op keys and tens of models, a small CV gain is often luck
-    gain = before - best[2]
-    if gain.mean() <= gain.std(ddof=1) / np.sqrt(len(gain)):
+    if not _real_gain(before - best[2]):
         return
     calibrated = np.array([choice.predictor.predict(pricer, s) for s in specs])
     choice.correction = fit_correction(specs, calibrated, measured, best[1])

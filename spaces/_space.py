@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import math
@@ -503,8 +504,6 @@ def _runs_pruned(
         return groups
 
     def fails(names: list[str]) -> str | None:
-        import copy
-
         probe = copy.deepcopy(model)
         plan = CompressionPlan(prune=dict.fromkeys(names, ratio), round_to=options.round_to)
         try:
