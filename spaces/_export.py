@@ -90,6 +90,7 @@ def _export_fp32(
         torch.no_grad(),
         eval_mode(fp32),
         _mha_as_ops(),
+        _pools_as_matmuls(),
         _exportable(args),
     ):
         warnings.simplefilter("ignore")
@@ -116,6 +117,45 @@ def _mha_as_ops() -> Iterator[None]:
         yield
     finally:
         torch.backends.mha.set_fastpath_enabled(before)
+
+
+def _averaging(out_size: int, in_size: int, like: torch.Tensor) -> torch.Tensor:
+    """The ``out_size`` x ``in_size`` matrix whose rows average the windows adaptive
+    average pooling takes along one axis: row i over ``floor(i * in / out)`` to
+    ``ceil((i + 1) * in / out)``, as PyTorch's kernel does."""
+    rows = torch.zeros(out_size, in_size, dtype=like.dtype, device=like.device)
+    for i in range(out_size):
+        start, end = (i * in_size) // out_size, -(-((i + 1) * in_size) // out_size)
+        rows[i, start:end] = 1.0 / (end - start)
+    return rows
+
+
+@contextmanager
+def _pools_as_matmuls() -> Iterator[None]:
+    """Adaptive average pooling whose output size does not divide its input's (VGG's
+    7x7 and AlexNet's 6x6 pools at a 96x96 input) traced as two matmuls with averaging
+    matrices: the same values, which ONNX's fixed-window pooling cannot express and
+    PyTorch's exporter refuses. Pools that divide export as before."""
+    original = torch.nn.functional.adaptive_avg_pool2d
+
+    def pool(
+        input: torch.Tensor, output_size: int | tuple[int | None, int | None] | None
+    ) -> torch.Tensor:
+        in_h, in_w = int(input.shape[-2]), int(input.shape[-1])
+        sizes: Any = output_size if isinstance(output_size, tuple | list) else [output_size] * 2
+        out_h, out_w = (
+            n if s is None else int(s) for s, n in zip(sizes, (in_h, in_w), strict=True)
+        )
+        if in_h % out_h == 0 and in_w % out_w == 0:
+            return original(input, output_size)
+        rows, cols = _averaging(out_h, in_h, input), _averaging(out_w, in_w, input)
+        return torch.matmul(torch.matmul(rows, input), cols.t())
+
+    torch.nn.functional.adaptive_avg_pool2d = pool
+    try:
+        yield
+    finally:
+        torch.nn.functional.adaptive_avg_pool2d = original
 
 
 @contextmanager

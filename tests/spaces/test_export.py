@@ -291,3 +291,33 @@ def test_attention_exports_and_runs_as_in_pytorch(tmp_path) -> None:
         expected = model(x).numpy()
     np.testing.assert_allclose(out, expected, atol=1e-5)
     assert torch.backends.mha.get_fastpath_enabled()  # PyTorch's own setting restored
+
+
+class _PooledHead(torch.nn.Module):
+    """VGG's head in small: conv features pooled to a size their 3x3 map does not divide."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d((7, 5))
+        self.fc = torch.nn.Linear(4 * 7 * 5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
+
+
+def test_a_pool_its_input_does_not_divide_exports_and_runs_as_in_pytorch(tmp_path) -> None:
+    """VGG and AlexNet at 96x96 pool a 3x3 or 2x2 map to 7x7 or 6x6, which PyTorch's
+    exporter refused: the export writes the same averages as matmuls, and ONNX Runtime
+    gives PyTorch's outputs; PyTorch's own pooling is back afterwards."""
+    torch.manual_seed(0)
+    pytorch_pool = torch.nn.functional.adaptive_avg_pool2d
+    model = _PooledHead().eval()
+    x = torch.randn(2, 3, 3, 3)
+    result = export_onnx(model, CompressionPlan(), (x,), tmp_path / "pooled.onnx")
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    (out,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    assert torch.nn.functional.adaptive_avg_pool2d is pytorch_pool
