@@ -253,7 +253,12 @@ def _run_for_shapes(proto: Any) -> None:
         vi
         for vi in graph.value_info
         if vi.type.tensor_type.elem_type
-        and any(d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)
+        and (
+            # no shape at all: not even its rank is known (the reshapes of attention
+            # to its heads, whose target shape is computed in the graph)
+            not vi.type.tensor_type.HasField("shape")
+            or any(d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)
+        )
     ]
     if not unknown:
         return
@@ -263,9 +268,12 @@ def _run_for_shapes(proto: Any) -> None:
     probe.graph.output.extend(unknown)
     run, _ = open_session(probe.SerializeToString(), session_options(1))
     for vi, value in zip(unknown, run(), strict=True):
-        dims = vi.type.tensor_type.shape.dim
-        if len(dims) == np.ndim(value):
-            for d, n in zip(dims, np.shape(value), strict=True):
+        shape = vi.type.tensor_type.shape
+        if not vi.type.tensor_type.HasField("shape"):
+            shape.SetInParent()  # a known rank of 0 (a scalar) as well
+            shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in range(np.ndim(value)))
+        if len(shape.dim) == np.ndim(value):
+            for d, n in zip(shape.dim, np.shape(value), strict=True):
                 d.dim_value = int(n)
 
 
@@ -476,13 +484,21 @@ class _Walk:
         """A weightless op's output channels, from its inputs', and the axis they are on
         where it is not the rank's usual one."""
         axis = in_t.channel_axis
-        if node.op_type == "Concat":
+        concat_axis = int(dict(_attrs(node)).get("axis", 1)) % max(len(in_t.shape), 1)
+        if node.op_type == "Concat" and concat_axis == axis:
             out_expr = Expr()
             for name in data_inputs:
                 out_expr = out_expr + self.tensor(name).channels
             return out_expr, in_t.axis
-        if node.op_type in ("Flatten", "Reshape") and len(out_shape) == 2 and len(in_t.shape) > 2:
-            return in_t.channels.scale(math.prod(in_t.shape[2:])), None
+        if (
+            node.op_type in ("Flatten", "Reshape")
+            and len(out_shape) == 2
+            and len(in_t.shape) > 2
+            and out_shape[0] == in_t.shape[0]
+            and axis >= 1
+        ):  # every axis after the first into one: the channels times the others' sizes
+            others = math.prod(in_t.shape[1:]) // max(in_t.shape[axis], 1)
+            return in_t.channels.scale(others), None
         if node.op_type == "Transpose" and len(in_t.shape) == len(out_shape) > 3:
             perm = list(dict(_attrs(node)).get("perm", range(len(out_shape) - 1, -1, -1)))
             moved = perm.index(axis)

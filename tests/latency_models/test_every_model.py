@@ -1,6 +1,7 @@
 """A table for every model: ops whose shapes a plan changes in ways a plain conv chain
 does not (a channel shuffle's reshapes and split, a dense block's growing concat,
-ConvNeXt's channels-last permutes and per-channel constants) are built from the shapes
+ConvNeXt's channels-last permutes and per-channel constants, a ViT's attention reshapes
+to heads and its class token concatenated along the tokens) are built from the shapes
 the plan gives them, and every op and whole model of such a space runs, INT8 and FP32."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch import nn
 from torchvision.models.convnext import CNBlock
 from torchvision.models.densenet import _DenseBlock
 from torchvision.models.shufflenetv2 import InvertedResidual
+from torchvision.models.vision_transformer import VisionTransformer
 
 from frontier.latency_models import measure_bundle, space_ops, write_bundle
 from frontier.spaces import SpaceOptions, discover
@@ -53,10 +55,22 @@ def _convnext() -> nn.Module:
     )
 
 
+def _vit() -> nn.Module:
+    return VisionTransformer(
+        image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+        num_classes=10,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("build", "shaped"),
-    [(_shuffle, "Reshape"), (_dense, "Concat"), (_convnext, "LayerNormalization")],
-    ids=["shuffle", "dense", "convnext"],
+    [
+        (_shuffle, "Reshape"),
+        (_dense, "Concat"),
+        (_convnext, "LayerNormalization"),
+        (_vit, "Erf"),  # the GELU between a pruned MLP's two layers
+    ],
+    ids=["shuffle", "dense", "convnext", "vit"],
 )
 def test_every_op_and_whole_model_of_the_space_runs(build, shaped: str, tmp_path) -> None:
     torch.manual_seed(0)
