@@ -119,9 +119,40 @@ def output_channels(graph: Graph, module: nn.Module) -> int | None:
     return int(channels) if channels is not None else None
 
 
+#: A flatten that sends one channel to more indices than this (a 256x256 map) is not a
+#: conv map flattened into a classifier: it is Torch-Pruning going round a cycle of
+#: reshapes, each pass multiplying the indices (a Swin stage's window partition: 1, 16,
+#: 256, ... 1M indices, minutes per group and 23 GB for swin_t).
+FLATTEN_MAX_PER_CHANNEL = 65536
+
+
+class ChannelsSpread(RuntimeError):
+    """A group's channels spread through reshapes past ``FLATTEN_MAX_PER_CHANNEL``."""
+
+
+@contextlib.contextmanager
+def _bounded_flatten(roots: int) -> Iterator[None]:
+    """Torch-Pruning's flatten mapping, raising ``ChannelsSpread`` once its output holds
+    more than ``FLATTEN_MAX_PER_CHANNEL`` indices per root channel (``roots`` of them)."""
+    cls = index_mapping._FlattenIndexMapping
+    original = cls.__call__
+    limit = FLATTEN_MAX_PER_CHANNEL * max(roots, 1)
+
+    def bounded(self: Any, idxs: Any) -> Any:
+        if not self.reverse and len(idxs) * self._stride > limit:
+            raise ChannelsSpread(
+                f"{len(idxs)} indices x a flatten of {self._stride} exceed "
+                f"{FLATTEN_MAX_PER_CHANNEL} per channel"
+            )
+        return original(self, idxs)
+
+    with mock.patch.object(cls, "__call__", bounded):
+        yield
+
+
 def pruning_group(graph: Graph, module: nn.Module, idxs: list[int]) -> Any:
     pruner = graph.dg.get_pruner_of_module(module)
-    with _tolerant_mapping(graph.failed_nodes):
+    with _tolerant_mapping(graph.failed_nodes), _bounded_flatten(len(idxs)):
         return graph.dg.get_pruning_group(module, pruner.prune_out_channels, idxs)
 
 
@@ -146,6 +177,10 @@ def channel_groups(graph: Graph, group: Any) -> int:
 
 
 MEETS_FAILED = "Torch-Pruning cannot map its channels through a reshape/concat it meets"
+SPREADS = (
+    "Torch-Pruning's channel mapping grows without end through its reshapes "
+    "(a cycle of flattens, as a window partition makes)"
+)
 
 
 def _touches_failed(graph: Graph, group: Any) -> bool:
@@ -176,16 +211,21 @@ def iter_groups(graph: Graph) -> Iterator[tuple[GraphGroup | None, str, str | No
             channels = output_channels(graph, module)
             if channels is None:
                 continue
-            # where a mapping failed, one channel first: the deps it reaches are a
-            # subset of all channels', so a group it finds failing, or meeting a failed
-            # mapping, is left out either way; mapping every channel through a channel
-            # shuffle's reshape to find that out took 5 s a group on ShuffleNetV2 x1.0
-            # (43 of its 45 s of discovery at 64x64)
-            if graph.failed_nodes and _touches_failed(graph, pruning_group(graph, module, [0])):
+            # one channel first: the deps it reaches are a subset of all channels', so
+            # a group it finds failing, spreading, or meeting a failed mapping is left
+            # out either way, for a channel's share of the work (mapping every channel
+            # through a channel shuffle's reshape to find that out took 5 s a group on
+            # ShuffleNetV2 x1.0, 43 of its 45 s of discovery at 64x64)
+            probe = pruning_group(graph, module, [0])
+            if graph.failed_nodes and _touches_failed(graph, probe):
                 visited.add(module)  # its coupled layers are tried, and named, in turn
                 yield None, root_name, MEETS_FAILED
                 continue
             group = pruning_group(graph, module, list(range(channels)))
+        except ChannelsSpread:
+            visited.add(module)
+            yield None, root_name, SPREADS
+            continue
         except Exception as err:
             visited.add(module)
             why = f"{type(err).__name__}: {err}"
