@@ -219,6 +219,21 @@ def build_templates(
     return templates
 
 
+def shape_mismatches(templates: Templates) -> list[str]:
+    """Each op tensor whose shape at the uncompressed plan is not the exported graph's:
+    a channel expression that does not follow the graph (so every plan's op is built
+    at a wrong size). Empty when the templates are right; one line per tensor."""
+    keep = templates.keep(CompressionPlan())
+    found = []
+    for op in templates.ops:
+        for k, t in enumerate([*op.inputs, op.output]):
+            if t.shape and t.at(keep) != t.shape:
+                what = f"input {k}" if k < len(op.inputs) else "output"
+                node = op.nodes[0] if op.nodes else op.op_type
+                found.append(f"{node} ({op.op_type}) {what}: {t.at(keep)}, the graph's {t.shape}")
+    return found
+
+
 def _exported(model: Any, example_inputs: Any, batch_size: int = 1) -> Any:
     import onnx
     from onnx import shape_inference
@@ -404,11 +419,24 @@ class _Walk:
                 self.g.shapes.get(out, ())
             )
             if same_rank and data_inputs[0] in self.exprs:
-                self.exprs[out] = self.exprs[data_inputs[0]]
+                self.exprs[out] = self._sliced(self.tensor(data_inputs[0]), out)
                 if data_inputs[0] in self.axes:
                     self.axes[out] = self.axes[data_inputs[0]]
             if data_inputs and data_inputs[0] in self.producer:
                 self.producer[out] = self.producer[data_inputs[0]]
+
+    def _sliced(self, source: TensorT, out: str) -> Expr:
+        """The channels of ``out``, ``source`` passed through a node not priced (a
+        ``Slice`` whose bounds the graph computes, as ``chunk`` exports): ``source``'s,
+        or the share of them the node keeps where it cuts the channel axis."""
+        shape, axis = self.g.shapes.get(out, ()), source.channel_axis
+        if not shape or not source.shape or shape[axis] == source.shape[axis]:
+            return source.channels
+        if not source.channels.groups:
+            return Expr((), shape[axis])
+        if shape[axis] and source.shape[axis] % shape[axis] == 0:  # a chunk of pruned ones
+            return source.channels.split(source.shape[axis] // shape[axis])
+        return source.channels
 
     def _add_op(self, node: Any, data_inputs: list[str], reshape_to: Any) -> None:
         g = self.g
@@ -517,6 +545,12 @@ class _Walk:
             and _channels(out_shape) != _channels(in_t.shape)
         ):  # reduced over the channel axis (a mask's token count): a constant
             return Expr((), _channels(out_shape)), None
+        if (
+            not in_t.channels.groups
+            and len(out_shape) == len(in_t.shape) > 1
+            and out_shape[axis] != in_t.shape[axis]
+        ):  # a fixed slice (or pad) of the axis read as channels: a Swin window's shift
+            return Expr((), out_shape[axis]), in_t.axis
         return in_t.channels, in_t.axis
 
     def _split_outputs(self, node: Any, in_t: TensorT) -> None:

@@ -15,9 +15,11 @@ from torch import nn
 from torchvision.models.convnext import CNBlock
 from torchvision.models.densenet import _DenseBlock
 from torchvision.models.shufflenetv2 import InvertedResidual
+from torchvision.models.swin_transformer import SwinTransformer
 from torchvision.models.vision_transformer import VisionTransformer
 
 from frontier.latency_models import measure_bundle, space_ops, write_bundle
+from frontier.latency_models._templates import build_templates, shape_mismatches
 from frontier.spaces import SpaceOptions, discover
 
 
@@ -55,6 +57,13 @@ def _convnext() -> nn.Module:
     )
 
 
+def _swin() -> nn.Module:
+    return SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[2, 2],
+        num_classes=10,
+    )  # fmt: skip
+
+
 def _vit() -> nn.Module:
     return VisionTransformer(
         image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
@@ -69,8 +78,9 @@ def _vit() -> nn.Module:
         (_dense, "Concat"),
         (_convnext, "LayerNormalization"),
         (_vit, "Erf"),  # the GELU between a pruned MLP's two layers
+        (_swin, "Erf"),
     ],
-    ids=["shuffle", "dense", "convnext", "vit"],
+    ids=["shuffle", "dense", "convnext", "vit", "swin"],
 )
 def test_every_op_and_whole_model_of_the_space_runs(build, shaped: str, tmp_path) -> None:
     torch.manual_seed(0)
@@ -78,6 +88,9 @@ def test_every_op_and_whole_model_of_the_space_runs(build, shaped: str, tmp_path
     x = torch.randn(1, 3, 16, 16)
     options = SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(8, 32), act_bits=(8, 32))
     space = discover(model, x, options)
+    # at the uncompressed plan every op has the exported graph's shapes (a chunk's
+    # slice, a window's shifted slices: else every plan's ops are built at wrong sizes)
+    assert not shape_mismatches(build_templates(model, x, space))
     path = tmp_path / "ops.zip"
     manifest = write_bundle(
         path, model=model, example_inputs=x, space=space, calibration=8, calibration_data=[x]
