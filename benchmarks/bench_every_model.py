@@ -9,7 +9,8 @@ judged fairly), write its bundle (every op model and ``--whole`` seeded whole co
 models) and run each model once through the runner (one round, a short visit), then
 count the rows that did not run and say why.
 
-Each model runs in a child process under ``--timeout-s``, so one model that hangs or
+Each model runs in a child process under ``--timeout-s`` and ``--max-rss-gb`` (16 GB of
+this machine's 24: swin_t reached 23 GB), so one model that hangs or
 runs out of memory is recorded as such and the others go on. Results are kept per model
 in ``benchmarks/report-logs/every-model.json``; a rerun skips the models already there
 (``--models NAME ...`` runs those again), so the list can be worked through over several
@@ -52,6 +53,12 @@ def all_models() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
+def _at(out: dict[str, Any], stage: str) -> None:
+    """Record and announce (for a parent that stops this child) the stage under way."""
+    out["stage"] = stage
+    print(f"stage: {stage}", flush=True)
+
+
 def one(name: str, whole: int, out: dict[str, Any]) -> None:
     """Discover, enumerate, write and run ``name``'s bundle in this process, filling
     ``out`` as it goes (``stage``: the step under way)."""
@@ -62,10 +69,10 @@ def one(name: str, whole: int, out: dict[str, Any]) -> None:
     import torch
     import torchvision
 
-    from frontier.latency_models import measure_bundle, space_ops, write_bundle
+    from frontier.latency_models import measure_bundle, shape_mismatches, space_ops, write_bundle
     from frontier.spaces import SpaceOptions, discover
 
-    out["stage"] = "model"
+    _at(out, "model")
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, weights=None, num_classes=10).eval()
     for size in (SIZE, FALLBACK_SIZE):
@@ -83,7 +90,7 @@ def one(name: str, whole: int, out: dict[str, Any]) -> None:
     options = SpaceOptions(
         prune_ratios=(0.0, 0.5), weight_bits=(8, 32), act_bits=(8, 32), round_to=8
     )
-    out["stage"] = "discover"
+    _at(out, "discover")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         start = time.perf_counter()
@@ -91,19 +98,23 @@ def one(name: str, whole: int, out: dict[str, Any]) -> None:
         out["discover_s"] = time.perf_counter() - start
     out["layers"] = len(space.layers)
     out["left_out"] = sum("left out" in str(w.message) for w in caught)
-    out["stage"] = "enumerate"
+    _at(out, "enumerate")
     start, cpu = time.perf_counter(), time.process_time()
     found = space_ops(model, x, space)
     out["enumerate_s"] = time.perf_counter() - start
     out["enumerate_cpu_s"] = time.process_time() - cpu
     out["ops"] = len(found.ops)
+    # op tensors whose shapes at the uncompressed plan are not the exported graph's
+    wrong = [line for t in found.templates.values() for line in shape_mismatches(t)]
+    out["shape_mismatches"] = len(wrong)
+    out["shape_mismatch_examples"] = wrong[:3]
     tmp = Path(tempfile.mkdtemp(prefix="every-model-"))
-    out["stage"] = "bundle"
+    _at(out, "bundle")
     start = time.perf_counter()
     write_bundle(tmp / "ops.zip", model=model, example_inputs=x, space=space, ops=found,
                  calibration=0, validation=whole, calibration_data=[x])  # fmt: skip
     out["bundle_s"] = time.perf_counter() - start
-    out["stage"] = "run"
+    _at(out, "run")
     start = time.perf_counter()
     measure_bundle(tmp / "ops.zip", tmp / "t.csv", device="every-model", rounds=1, round_s=0.001)
     out["run_s"] = time.perf_counter() - start
@@ -117,27 +128,57 @@ def one(name: str, whole: int, out: dict[str, Any]) -> None:
     out["errors"] = sorted({f"{r['op_type']} {r['precision']}: {r['error'][:160]}" for r in bad})[
         :5
     ]
-    out["status"] = "ok" if not bad else "not ok"
+    out["status"] = "ok" if not bad and not wrong else "not ok"
     del out["stage"]
 
 
-def run_child(name: str, whole: int, timeout_s: float, log: Path) -> dict[str, Any]:
+def _group_rss_gb(pid: int) -> float:
+    """Resident memory of process ``pid`` and its descendants, in GB."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total / 1e9
+
+
+def run_child(
+    name: str, whole: int, timeout_s: float, log: Path, max_rss_gb: float
+) -> dict[str, Any]:
     """``one(name)`` in a child process, its output in ``log``: a hang, a crash or a
-    memory kill is a result too."""
+    memory kill is a result too; a child holding more than ``max_rss_gb`` is stopped
+    before it takes the machine's memory (and everything else running) with it."""
     result = log.with_suffix(".json")
     start = time.perf_counter()
     command = [sys.executable, __file__, "--one", name, "--whole", str(whole), "--out", str(result)]
+    peak_gb = 0.0
     with log.open("w") as f:
         # its own process group: a timeout stops the bundle's build workers too
         child = subprocess.Popen(
             command, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            rc = child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-            return {"model": name, "status": "timeout", "error": f"over {timeout_s:.0f} s"}
+            while (rc := child.poll()) is None:
+                elapsed = time.perf_counter() - start
+                peak_gb = max(peak_gb, _group_rss_gb(child.pid))
+                if elapsed > timeout_s or peak_gb > max_rss_gb:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
+                    stage = _stage(log)
+                    if elapsed > timeout_s:
+                        error = f"over {timeout_s:.0f} s ({stage}, {peak_gb:.1f} GB)"
+                        return {"model": name, "status": "timeout", "error": error}
+                    error = f"over {max_rss_gb:.0f} GB at {elapsed:.0f} s ({stage})"
+                    return {"model": name, "status": "memory", "error": error}
+                time.sleep(1.0)
         except BaseException:  # Ctrl-C or a kill of this run: its model goes too
             os.killpg(child.pid, signal.SIGKILL)
             raise
@@ -146,7 +187,15 @@ def run_child(name: str, whole: int, timeout_s: float, log: Path) -> dict[str, A
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
         error = " | ".join(tail)[-400:]
         return {"model": name, "status": "crashed", "rc": rc, "error": error, "wall_s": wall_s}
-    return {**json.loads(result.read_text()), "wall_s": wall_s}
+    return {**json.loads(result.read_text()), "wall_s": wall_s, "peak_rss_gb": round(peak_gb, 1)}
+
+
+def _stage(log: Path) -> str:
+    """The last stage the child announced in ``log`` (``stage: NAME`` lines)."""
+    stages = [
+        ln[7:] for ln in log.read_text(errors="replace").splitlines() if ln.startswith("stage: ")
+    ]
+    return f"during {stages[-1]}" if stages else "stage not announced"
 
 
 def main() -> None:
@@ -155,6 +204,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", help="these models (run again if logged)")
     parser.add_argument("--limit", type=int, help="at most this many models not yet logged")
     parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument(
+        "--max-rss-gb", type=float, default=16.0, help="stop a model's child holding more"
+    )
     parser.add_argument("--whole", type=int, default=3, help="seeded whole models per model")
     parser.add_argument("--json", type=Path, default=HERE / "report-logs" / "every-model.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -176,7 +228,7 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="every-model-logs-"))
     print(f"{len(todo)} models, logs in {logs}", flush=True)
     for i, name in enumerate(todo, 1):
-        entry = run_child(name, args.whole, args.timeout_s, logs / f"{name}.log")
+        entry = run_child(name, args.whole, args.timeout_s, logs / f"{name}.log", args.max_rss_gb)
         entry["date"] = time.strftime("%Y-%m-%d")
         models[name] = entry
         logged["machine"] = f"{platform.machine()}, {os.cpu_count()} CPUs"

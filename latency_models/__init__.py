@@ -51,6 +51,7 @@ from ._profile import (
 )
 from ._sparse import sparse_kernel
 from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
+from ._templates import shape_mismatches
 from ._validate import ValidationReport, validate
 from ._whole import whole_model_bytes
 from .runner import (
@@ -110,6 +111,7 @@ __all__ = [
     "register_runtime",
     "resolve_device",
     "runtime_of",
+    "shape_mismatches",
     "space_ops",
     "space_templates",
     "sparse_kernel",

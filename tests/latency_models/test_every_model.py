@@ -18,8 +18,13 @@ from torchvision.models.shufflenetv2 import InvertedResidual
 from torchvision.models.swin_transformer import SwinTransformer
 from torchvision.models.vision_transformer import VisionTransformer
 
-from frontier.latency_models import measure_bundle, space_ops, write_bundle
-from frontier.latency_models._templates import build_templates, shape_mismatches
+from frontier.latency_models import (
+    measure_bundle,
+    shape_mismatches,
+    space_ops,
+    space_templates,
+    write_bundle,
+)
 from frontier.spaces import SpaceOptions, discover
 
 
@@ -90,7 +95,7 @@ def test_every_op_and_whole_model_of_the_space_runs(build, shaped: str, tmp_path
     space = discover(model, x, options)
     # at the uncompressed plan every op has the exported graph's shapes (a chunk's
     # slice, a window's shifted slices: else every plan's ops are built at wrong sizes)
-    assert not shape_mismatches(build_templates(model, x, space))
+    assert not [m for t in space_templates(model, x, space).values() for m in shape_mismatches(t)]
     path = tmp_path / "ops.zip"
     manifest = write_bundle(
         path, model=model, example_inputs=x, space=space, calibration=8, calibration_data=[x]
