@@ -89,6 +89,9 @@ def run(config: Path, pythonpath: Path, cache: Path, overrides: list[str]) -> di
                 proc.kill()
             reader.join(timeout=10)
     said = [line for line in lines if line.split("] ", 1)[-1].startswith(SAID) or "models:" in line]
+    if took is None:  # the search ended before a trial: what it said last says why
+        said += [line for line in lines[-5:] if line not in said]
+        print("\n".join(lines[-5:]), file=sys.stderr)
     return {
         "config": str(config.relative_to(HERE.parent))
         if config.is_relative_to(HERE.parent)

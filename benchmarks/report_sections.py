@@ -1070,7 +1070,8 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
     models = logged.get("models", {})
     entries = sorted(models.values(), key=lambda e: e["model"])
     ran = [e for e in entries if "rows" in e]
-    clean = [e for e in ran if e["not_ok"] == 0]
+    clean = [e for e in ran if e["not_ok"] == 0 and not e.get("shape_mismatches")]
+    checked = [e for e in ran if "shape_mismatches" in e]
     slow = [e for e in ran if e["enumerate_cpu_s"] > ENUMERATE_TARGET_S]
     lines = [
         "### A table for every model (`benchmarks/bench_every_model.py`)",
@@ -1079,33 +1080,43 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
         "(224x224 where it takes nothing else), prune 0/0.5, INT8 or FP32 per layer: its "
         f"distinct ops enumerated, every op model and {logged.get('whole', 3)} seeded whole "
         "models built and run once. Targets: every row runs; enumeration within "
-        f"{ENUMERATE_TARGET_S:.0f} s.",
+        f"{ENUMERATE_TARGET_S:.0f} s. 'off the graph': op tensors whose shapes at the "
+        "uncompressed plan are not the exported graph's (`shape_mismatches`: such ops are "
+        "built at wrong sizes under every plan; '-' for entries from before the check, "
+        "2026-12-02).",
         "",
         f"{len(entries)} models tried ({logged.get('machine', '')}): {len(clean)} of "
-        f"{len(ran)} that ran have every row running; {len(slow)} enumerated over "
+        f"{len(ran)} that ran have every row running and no op off the graph "
+        f"({len(checked)} of them checked for that); {len(slow)} enumerated over "
         f"{ENUMERATE_TARGET_S:.0f} s; {len(entries) - len(ran)} stopped before running "
         "(the table below says where and why).",
         "",
-        "| model | input | layers | ops | enumerate (CPU) | bundle | rows not ok | wall | date |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | input | layers | ops | enumerate (CPU) | bundle | rows not ok "
+        "| off the graph | wall | date |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
         if "rows" not in e:
             lines.append(
-                f"| {e['model']} | {e['status']} (below) | | | | | | "
+                f"| {e['model']} | {e['status']} (below) | | | | | | | "
                 f"{e.get('wall_s', 0):.0f} s | {e.get('date', '')} |"
             )
             continue
         lines.append(
             f"| {e['model']} | {e['size']} | {e['layers']} | {e['ops']} | "
             f"{e['enumerate_cpu_s']:.1f} s | {e['bundle_s']:.0f} s | "
-            f"{e['not_ok']} of {e['rows']} | "
+            f"{e['not_ok']} of {e['rows']} | {e.get('shape_mismatches', '-')} | "
             f"{e['wall_s']:.0f} s | {e['date']} |"
         )
     notes = [
         f"{e['model']}: {e['status']}: {e.get('error', '')}" for e in entries if "rows" not in e
     ]
     notes += [f"{e['model']}: {'; '.join(e['errors'])}" for e in ran if e["not_ok"] and e["errors"]]
+    notes += [
+        f"{e['model']}: off the graph: {'; '.join(e['shape_mismatch_examples'])}"
+        for e in ran
+        if e.get("shape_mismatches")
+    ]
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
 
