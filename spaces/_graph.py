@@ -150,9 +150,37 @@ def _bounded_flatten(roots: int) -> Iterator[None]:
         yield
 
 
+#: A group visits each node of the graph a few times at most (once per path its
+#: channels reach it by); more than this many visits a node is Torch-Pruning going
+#: round a cycle whose index lists differ only in order (maxvit_t's partitions: past
+#: 600 s and 10 GB in ``Group.has_pruning_op``).
+GROUP_MAX_VISITS_PER_NODE = 16
+
+
+@contextlib.contextmanager
+def _bounded_group(nodes: int) -> Iterator[None]:
+    """Torch-Pruning's ``Group.add_dep``, raising ``ChannelsSpread`` once a group holds
+    more than ``GROUP_MAX_VISITS_PER_NODE`` deps per node of the graph (``nodes``)."""
+    cls = tp.dependency.Group
+    original = cls.add_dep
+    limit = GROUP_MAX_VISITS_PER_NODE * max(nodes, 1)
+
+    def bounded(self: Any, dep: Any, idxs: Any) -> Any:
+        if len(self._group) >= limit:
+            raise ChannelsSpread(f"a group past {limit} deps over a graph of {nodes} nodes")
+        return original(self, dep, idxs)
+
+    with mock.patch.object(cls, "add_dep", bounded):
+        yield
+
+
 def pruning_group(graph: Graph, module: nn.Module, idxs: list[int]) -> Any:
     pruner = graph.dg.get_pruner_of_module(module)
-    with _tolerant_mapping(graph.failed_nodes), _bounded_flatten(len(idxs)):
+    with (
+        _tolerant_mapping(graph.failed_nodes),
+        _bounded_flatten(len(idxs)),
+        _bounded_group(len(graph.dg.module2node)),
+    ):
         return graph.dg.get_pruning_group(module, pruner.prune_out_channels, idxs)
 
 
@@ -179,7 +207,7 @@ def channel_groups(graph: Graph, group: Any) -> int:
 MEETS_FAILED = "Torch-Pruning cannot map its channels through a reshape/concat it meets"
 SPREADS = (
     "Torch-Pruning's channel mapping grows without end through its reshapes "
-    "(a cycle of flattens, as a window partition makes)"
+    "(a cycle of reshapes, as a window partition makes)"
 )
 
 

@@ -275,3 +275,36 @@ def test_a_group_whose_channel_mapping_grows_without_end_is_left_out_quickly() -
     assert "features.3.0.mlp.0" in [g.name for g in space.groups]
     for seed in range(2):
         apply_plan(model, space.sample(seed), x)(x)
+
+
+class _Block(nn.Module):
+    """conv-relu-conv plus its input: its output channels tie to the stream's."""
+
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(ch, 2 * ch, 3, padding=1), nn.Conv2d(2 * ch, ch, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b(torch.relu(self.a(x)))
+
+
+def test_a_group_past_its_bound_of_visits_is_left_out(monkeypatch) -> None:
+    """maxvit_t's groups went round its partitions' reshapes, each pass re-adding the
+    nodes with the indices reordered, past 600 s and 16 GB: a group that visits the
+    graph's nodes more than its bound is left out with the reason, not traced on. Here
+    the bound is set where the residual stream of two blocks crosses it."""
+    from frontier.spaces import _graph
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), _Block(8), _Block(8), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(8, 4),
+    ).eval()  # fmt: skip
+    x = torch.randn(1, 3, 8, 8)
+    free = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5)))
+    monkeypatch.setattr(_graph, "GROUP_MAX_VISITS_PER_NODE", 0.2)
+    with pytest.warns(UserWarning, match="left out"):
+        bounded = discover(model, x, SpaceOptions(prune_ratios=(0.0, 0.5)))
+    reasons = [s.reason for s in bounded.skipped]
+    assert any("grows without end" in r for r in reasons), reasons
+    assert len(bounded.groups) < len(free.groups)
