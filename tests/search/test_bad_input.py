@@ -198,10 +198,10 @@ class Small(Task):
         if self._model is None:
             torch.manual_seed(0)
             self._model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 2)).eval()
-            if self.kind == "pool-up":  # a 2x2 map pooled up to 3x3: no ONNX form
+            if self.kind == "pool-up":  # a 2x2 map max-pooled up to 3x3: no ONNX form
                 self._model = nn.Sequential(
                     nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 4, 3, stride=4),
-                    nn.AdaptiveAvgPool2d(3), nn.Flatten(), nn.Linear(36, 2),
+                    nn.AdaptiveMaxPool2d(3), nn.Flatten(), nn.Linear(36, 2),
                 ).eval()
         return self._model
 """
@@ -236,7 +236,7 @@ def test_a_model_pytorch_cannot_export_to_onnx_is_one_line(
         capsys,
         ["search", str(path), "--no-progress"],
         "cannot be exported to ONNX, which Frontier times and deploys it as (example inputs "
-        "(1, 64)): PyTorch says: Unsupported: ONNX export of operator adaptive_avg_pool2d",
+        "(1, 64)): PyTorch says: Unsupported: ONNX export of operator adaptive_max_pool2d",
     )
 
 
