@@ -64,7 +64,7 @@ def _convnext() -> nn.Module:
 
 def _swin() -> nn.Module:
     return SwinTransformer(
-        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[2, 2],
+        patch_size=[4, 4], embed_dim=16, depths=[2], num_heads=[2], window_size=[2, 2],
         num_classes=10,
     )  # fmt: skip
 
