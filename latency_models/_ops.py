@@ -498,6 +498,15 @@ def enumerate_ops(templates: Templates, space: SearchSpace) -> Iterator[OpSpec]:
 #: ops whose constant inputs are int64 (shapes, axes, repeats); a Reduce op's axes too
 _INT_CONST_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Slice", "Expand", "Tile")
 
+#: inputs that hold indices (int64), by op type: Swin V2's zeroed slice of its qkv bias
+#: exports as a ScatterND on a constant
+_INDEX_INPUTS = {
+    "ScatterND": (1,),
+    "ScatterElements": (1,),
+    "GatherND": (1,),
+    "GatherElements": (1,),
+}
+
 #: ops whose constant inputs broadcast against their data (a bias, a layer scale, a
 #: LayerNorm's scale): a pruned plan changes the channel dimension they are sized by
 _CHANNEL_CONST_OPS = (
@@ -604,7 +613,11 @@ def _weightless_inputs(spec: OpSpec, rng: np.random.Generator, inits: list[Any])
             array = (1.0 + rng.standard_normal(dims) * 0.1).astype(np.float32)
         if spec.op_type == "Reshape" and pos == 1:
             array = np.array(spec.output_shape, dtype=np.int64)
-        elif spec.op_type in _INT_CONST_OPS or (spec.op_type.startswith("Reduce") and pos == 1):
+        elif (
+            spec.op_type in _INT_CONST_OPS
+            or pos in _INDEX_INPUTS.get(spec.op_type, ())
+            or (spec.op_type.startswith("Reduce") and pos == 1)
+        ):
             array = array.astype(np.int64)
         elif spec.input_shapes and spec.op_type in _CHANNEL_CONST_OPS:
             data = spec.input_shapes[0]

@@ -1301,7 +1301,9 @@ class _ChunkTimer:
                 run, feeds = self._open(entry, data)
                 run()  # a provider that cannot run it fails here, not mid-timing
             except Exception as err:  # the provider cannot run it: record, don't crash
-                if type(err).__name__ in ("InvalidProtobuf", "InvalidGraph"):
+                if type(err).__name__ == "InvalidProtobuf" or (
+                    type(err).__name__ == "InvalidGraph" and not _parses(data)
+                ):
                     raise _damaged(self.bundle, entry["file"]) from None
                 msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                 row.update(status="unsupported", median_ms="", p10_ms="", p90_ms="")
@@ -1360,6 +1362,18 @@ class _ChunkTimer:
             nodes = self.backend.profile(data, feeds, entry)
             with profiles_path(self.out).open("a") as pf:
                 pf.write(json.dumps({"key": row["key"], "nodes": nodes}) + "\n")
+
+
+def _parses(data: bytes) -> bool:
+    """Whether ``data`` reads as an ONNX model with a graph: one the runtime rejects as
+    invalid is then an op it cannot take (recorded), not a damaged file. Without the
+    onnx package to tell, it counts as damaged."""
+    try:
+        import onnx
+
+        return len(onnx.load_from_string(data).graph.node) > 0
+    except Exception:
+        return False
 
 
 def _damaged(bundle: Path, member: str) -> ValueError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -116,3 +117,38 @@ def test_an_op_whose_model_cannot_be_built_is_recorded_and_the_table_stands(
     with out.open() as f:
         why = {r["key"]: r["error"] for r in csv.DictReader(f)}[refused[0]]
     assert why == "op model not built (RuntimeError: quantizer: shape mismatch)"
+
+
+def test_an_op_model_the_runtime_refuses_is_recorded_not_called_damaged(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """A member that reads as ONNX but that ONNX Runtime calls an invalid graph (Swin
+    V2's ScatterND was written with float indices) is an op this device cannot take:
+    its row says why and the rest of the table is measured. Before, the whole table
+    stopped, calling the bundle damaged."""
+    import csv
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    from frontier.latency_models import measure_bundle
+
+    indices = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(4, 1), "i")
+    graph = helper.make_graph(
+        [helper.make_node("ScatterND", ["d", "i", "u"], ["y"])], "refused",
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [8]),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], initializer=[indices],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    refused = tmp_path / "refused.zip"
+    with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(refused, "w") as dst:
+        victim = sorted(n for n in src.namelist() if n.startswith("models/op-"))[0]
+        for name in src.namelist():
+            body = model.SerializeToString() if name == victim else src.read(name)
+            dst.writestr(name, body)
+    out = tmp_path / "t.csv"
+    measure_bundle(refused, out, device="d", rounds=1, round_s=0.002)
+    rows = list(csv.DictReader(out.open()))
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert len(bad) == 1 and "INVALID_GRAPH" in bad[0]["error"], bad
+    assert len(rows) > 1

@@ -254,3 +254,19 @@ def test_small_models_get_more_calibration_models(ops) -> None:
     # the 60 of a larger model are all kept
     assert small_model_budget(ops) == (SMALL_MODEL_CALIBRATION_S, CALIBRATION_MODELS)
     assert small_model_budget(space_ops(model, x, space)) == (None, BUDGET_MIN_MODELS)
+
+
+def test_an_op_with_index_inputs_builds_them_as_integers() -> None:
+    """Swin V2 zeroes a slice of its qkv bias, which exports as a ScatterND on a
+    constant: its op model takes int64 indices, as ONNX Runtime requires (float
+    indices made every swin_v2 table stop)."""
+    from frontier.latency_models import OpSpec
+
+    spec = OpSpec.from_dict(
+        {"op_type": "ScatterND", "fused": [], "input_shapes": [[4]], "output_shape": [12],
+         "attrs": [], "kernel": [], "groups": 1, "precision": "fp32", "act_attrs": [],
+         "consts": [[0, [12], []], [1, [4, 1], [4.0, 5.0, 6.0, 7.0]]]}
+    )  # fmt: skip
+    sess = ort.InferenceSession(build_onnx(spec).SerializeToString())
+    (out,) = sess.run(None, {"x0": np.zeros(4, np.float32)})
+    assert out.shape == (12,) and not out[4:8].any() and out[:4].all()
