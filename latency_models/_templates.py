@@ -419,18 +419,22 @@ class _Walk:
                 self.g.shapes.get(out, ())
             )
             if same_rank and data_inputs[0] in self.exprs:
-                self.exprs[out] = self._sliced(self.tensor(data_inputs[0]), out)
+                self.exprs[out] = self._sliced(
+                    self.tensor(data_inputs[0]), self.g.shapes.get(out, ())
+                )
                 if data_inputs[0] in self.axes:
                     self.axes[out] = self.axes[data_inputs[0]]
             if data_inputs and data_inputs[0] in self.producer:
                 self.producer[out] = self.producer[data_inputs[0]]
 
-    def _sliced(self, source: TensorT, out: str) -> Expr:
-        """The channels of ``out``, ``source`` passed through a node not priced (a
-        ``Slice`` whose bounds the graph computes, as ``chunk`` exports): ``source``'s,
-        or the share of them the node keeps where it cuts the channel axis."""
-        shape, axis = self.g.shapes.get(out, ()), source.channel_axis
-        if not shape or not source.shape or shape[axis] == source.shape[axis]:
+    @staticmethod
+    def _sliced(source: TensorT, shape: tuple[int, ...]) -> Expr:
+        """The channels of a tensor of ``shape`` that ``source`` passed through (a
+        ``Slice`` whose bounds the graph computes, as ``chunk`` exports; a Swin window's
+        fixed shifted slices): ``source``'s, or the share of them kept where the node
+        cuts the channel axis."""
+        axis = source.channel_axis
+        if len(shape) != len(source.shape) or len(shape) < 2 or shape[axis] == source.shape[axis]:
             return source.channels
         if not source.channels.groups:
             return Expr((), shape[axis])
@@ -545,13 +549,7 @@ class _Walk:
             and _channels(out_shape) != _channels(in_t.shape)
         ):  # reduced over the channel axis (a mask's token count): a constant
             return Expr((), _channels(out_shape)), None
-        if (
-            not in_t.channels.groups
-            and len(out_shape) == len(in_t.shape) > 1
-            and out_shape[axis] != in_t.shape[axis]
-        ):  # a fixed slice (or pad) of the axis read as channels: a Swin window's shift
-            return Expr((), out_shape[axis]), in_t.axis
-        return in_t.channels, in_t.axis
+        return self._sliced(in_t, out_shape), in_t.axis
 
     def _split_outputs(self, node: Any, in_t: TensorT) -> None:
         """A Split into equal parts along the channel axis (a shuffle block's chunk):
