@@ -127,7 +127,9 @@ FLATTEN_MAX_PER_CHANNEL = 65536
 
 
 class ChannelsSpread(RuntimeError):
-    """A group's channels spread through reshapes past ``FLATTEN_MAX_PER_CHANNEL``."""
+    """A group's channel mapping grows without end: a flatten past
+    ``FLATTEN_MAX_PER_CHANNEL`` indices a channel, or a group past
+    ``GROUP_MAX_VISITS_PER_NODE`` deps a node."""
 
 
 @contextlib.contextmanager
