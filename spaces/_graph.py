@@ -50,6 +50,13 @@ class Graph:
     module_names: dict[nn.Module, str]
     failed_nodes: set[Any]
     failure: str | None = None
+    #: the most indices one channel spreads to through a single flatten of this graph
+    #: (a conv map flattened into a classifier: its height x width). A group whose
+    #: channel spreads further has been flattened again, which is Torch-Pruning going
+    #: round a cycle of reshapes, each pass multiplying the indices (a Swin stage's
+    #: window partition: 1, 16, 256, ... 1M, minutes a group and 23 GB for swin_t;
+    #: maxvit_t's partitions: 1, 32, 1024, ...)
+    flatten_max: int = 1
 
 
 def build_graph(model: nn.Module, example_inputs: Any) -> Graph | None:
@@ -79,7 +86,24 @@ def build_graph(model: nn.Module, example_inputs: Any) -> Graph | None:
             failure=f"{type(err).__name__}: {err}",
         )
     names = {module: name for name, module in model.named_modules()}
-    return Graph(dg=dg, model=model, module_names=names, failed_nodes=failed)
+    return Graph(
+        dg=dg,
+        model=model,
+        module_names=names,
+        failed_nodes=failed,
+        flatten_max=_largest_flatten(dg),
+    )
+
+
+def _largest_flatten(dg: Any) -> int:
+    strides = [
+        int(mapping._stride)
+        for node in dg.module2node.values()
+        for dep in node.dependencies
+        for mapping in dep.index_mapping
+        if isinstance(mapping, index_mapping._FlattenIndexMapping) and not mapping.reverse
+    ]
+    return max(strides, default=1)
 
 
 def _tolerant_mapping(failed: set[Any]) -> Any:
@@ -119,32 +143,25 @@ def output_channels(graph: Graph, module: nn.Module) -> int | None:
     return int(channels) if channels is not None else None
 
 
-#: A flatten that sends one channel to more indices than this (a 256x256 map) is not a
-#: conv map flattened into a classifier: it is Torch-Pruning going round a cycle of
-#: reshapes, each pass multiplying the indices (a Swin stage's window partition: 1, 16,
-#: 256, ... 1M indices, minutes per group and 23 GB for swin_t).
-FLATTEN_MAX_PER_CHANNEL = 65536
-
-
 class ChannelsSpread(RuntimeError):
-    """A group's channel mapping grows without end: a flatten past
-    ``FLATTEN_MAX_PER_CHANNEL`` indices a channel, or a group past
-    ``GROUP_MAX_VISITS_PER_NODE`` deps a node."""
+    """A group's channel mapping grows without end: a flatten sends a channel to more
+    indices than the graph's largest flatten does (``Graph.flatten_max``), or a group
+    passes ``GROUP_MAX_VISITS_PER_NODE`` deps a node."""
 
 
 @contextlib.contextmanager
-def _bounded_flatten(roots: int) -> Iterator[None]:
+def _bounded_flatten(roots: int, per_channel: int) -> Iterator[None]:
     """Torch-Pruning's flatten mapping, raising ``ChannelsSpread`` once its output holds
-    more than ``FLATTEN_MAX_PER_CHANNEL`` indices per root channel (``roots`` of them)."""
+    more than ``per_channel`` indices per root channel (``roots`` of them)."""
     cls = index_mapping._FlattenIndexMapping
     original = cls.__call__
-    limit = FLATTEN_MAX_PER_CHANNEL * max(roots, 1)
+    limit = per_channel * max(roots, 1)
 
     def bounded(self: Any, idxs: Any) -> Any:
         if not self.reverse and len(idxs) * self._stride > limit:
             raise ChannelsSpread(
                 f"{len(idxs)} indices x a flatten of {self._stride} exceed "
-                f"{FLATTEN_MAX_PER_CHANNEL} per channel"
+                f"{per_channel} per channel, the graph's largest flatten"
             )
         return original(self, idxs)
 
@@ -180,7 +197,7 @@ def pruning_group(graph: Graph, module: nn.Module, idxs: list[int]) -> Any:
     pruner = graph.dg.get_pruner_of_module(module)
     with (
         _tolerant_mapping(graph.failed_nodes),
-        _bounded_flatten(len(idxs)),
+        _bounded_flatten(len(idxs), graph.flatten_max),
         _bounded_group(len(graph.dg.module2node)),
     ):
         return graph.dg.get_pruning_group(module, pruner.prune_out_channels, idxs)
@@ -209,7 +226,7 @@ def channel_groups(graph: Graph, group: Any) -> int:
 MEETS_FAILED = "Torch-Pruning cannot map its channels through a reshape/concat it meets"
 SPREADS = (
     "Torch-Pruning's channel mapping grows without end through its reshapes "
-    "(a cycle of reshapes, as a window partition makes)"
+    "(reshapes it passes again and again, as channel shuffles and window partitions make)"
 )
 
 

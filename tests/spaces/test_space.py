@@ -127,7 +127,8 @@ def test_a_channel_shuffle_model_prunes_inside_its_blocks() -> None:
     (said,) = [str(w.message) for w in caught if "left out of pruning" in str(w.message)]
     left_out = [s for s in space.skipped if "output" not in s.reason]
     assert said.startswith(f"{len(left_out)} groups are left out of pruning (stage2.0")
-    assert "of them for: Torch-Pruning cannot group it (IndexError" in said
+    # each shuffle spreads a channel past the graph's largest flatten: left out early
+    assert "of them for: Torch-Pruning's channel mapping grows without end" in said
     names = {g.name for g in space.groups}
     assert {"stage2.1.branch2.0", "stage3.4.branch2.0", "stage4.0.branch2.0"} <= names
     assert "stage2.1.branch2.5" in {s.name for s in space.skipped}  # through the shuffle
