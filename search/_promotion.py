@@ -86,7 +86,11 @@ class SpreadPromotion(Promotion):
     the kind off that front which, at their accuracy plus the shortfall, would join the
     front of the rung above (a plan a probe outscores at the cheap rung may still be
     what the top rung lacks): up to ``probes`` a generation and ``share`` of the rung's
-    plans in all. ``notes`` says what was done and why.
+    plans in all. A rung where enough plans of a kind are feasible is probed the same
+    way once the plans of that kind promoted from it by the quota gained more than
+    ``MIN_SHORTFALL`` a rung up and near misses would, with that gain, meet the bound
+    and join the rung's front (``_probe_hopeful``): the rung's verdict on them is not
+    known to hold. ``notes`` says what was done and why.
 
     The search need not wait a generation for this: once ``2 * probes`` compressed plans
     of a kind are measured at a rung and none of them is feasible there, the probes go
@@ -219,8 +223,71 @@ class SpreadPromotion(Promotion):
             if (rung, kind) in self._probes:
                 self._gap(front, rung, kind, accuracy)
             elif len(plans) >= self.probes and (not early or self._hopeless(front, rung, plans)):
-                out += self._probe(front, rung, kind, plans, accuracy)
+                probes = self._probe(front, rung, kind, plans, accuracy)
+                if not probes and not early:
+                    probes = self._probe_hopeful(front, rung, kind, plans, accuracy)
+                out += probes
         return out
+
+    def _promoted_gap(self, front: Front, rung: int, kind: str) -> tuple[float, int]:
+        """What the compressed plans of ``kind`` already measured at ``rung`` and a rung
+        up (promoted by the rung's quota) gained there: the 75th percentile of their
+        gains in accuracy, and how many there are (0.0, 0 where none is)."""
+        gains = [
+            r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
+            for r in front.complete()
+            if r.kind == kind
+            and ACCURACY in r.rungs.get(rung, {})
+            and ACCURACY in r.rungs.get(rung + 1, {})
+            and self._compressed(front, r.number, rung)
+        ]
+        return (float(np.percentile(gains, 75)), len(gains)) if gains else (0.0, 0)
+
+    def _probe_hopeful(
+        self,
+        front: Front,
+        rung: int,
+        kind: str,
+        plans: list[TrialRecord],
+        accuracy: list[Constraint],
+    ) -> list[tuple[int, int]]:
+        """Where enough compressed ``plans`` of ``kind`` are feasible at ``rung`` but the
+        ones promoted from it gained more than ``MIN_SHORTFALL`` a rung up: the most
+        accurate plans that miss only the accuracy bound there and, with that gain
+        added, would meet it and join the rung's front, to measure a rung up. A rung is
+        not known to judge such plans right until probed, and they may be the fast or
+        small end the front lacks."""
+        seen, pairs = self._promoted_gap(front, rung, kind)
+        if seen <= MIN_SHORTFALL:
+            return []
+        candidates = self._candidates(front)
+        others = _judged(front, [c for c in front.constraints if c.objective != ACCURACY])
+        members = [front.records[n] for n in candidates.numbers(rung)]
+        rows = front.matrix(members, rung)
+        hopeful = []
+        for r in plans:
+            if r.rung != rung or not others.judge(r, rung) or candidates.judge(r, rung):
+                continue
+            values = r.values(rung)
+            hope = {**values, ACCURACY: values[ACCURACY] + seen}
+            if not candidates.feasible(hope, rung, r.kind):
+                continue
+            row = [[hope[o.name] for o in front.objectives]]
+            if pareto_mask(np.vstack([rows, row]), front.objectives)[-1]:
+                hopeful.append(r.number)
+        if not hopeful:
+            return []
+        hopeful.sort(key=lambda n: -front.records[n].values(rung)[ACCURACY])
+        chosen = hopeful[: self.probes]
+        self._probes[rung, kind] = chosen
+        self.notes.append(
+            f"{_plural(kind)} promoted from rung {rung} gained {seen:.3f} accuracy at rung "
+            f"{rung + 1} (75th percentile of {pairs}), and {len(hopeful)} that miss "
+            f"{' and '.join(map(str, accuracy))} at rung {rung} would join its front with "
+            f"that gain: measuring {len(chosen)} of those at rung {rung + 1} to learn how far "
+            f"rung {rung} falls short for them (search.fidelity.adapt)"
+        )
+        return [(n, rung + 1) for n in chosen]
 
     def _hopeless(self, front: Front, rung: int, plans: list[TrialRecord]) -> bool:
         """Whether ``2 * probes`` compressed ``plans`` (of one kind) are measured at

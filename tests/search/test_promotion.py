@@ -174,6 +174,52 @@ def test_a_rung_where_enough_compressed_plans_pass_is_not_probed() -> None:
     assert promotion.shortfall == {} and promotion.take_notes() == []
 
 
+# enough compressed plans pass rung 0 (1-3), and the fast ones that miss it (4, 5) would
+# extend the front if they met it; 6 is hopeless. Trials 1 and 2 reached rung 1.
+RECOVERING = {0: (0.80, 10.0), 1: (0.78, 8.0), 2: (0.775, 7.0), 3: (0.77, 6.5),
+              4: (0.74, 5.0), 5: (0.73, 5.0), 6: (0.60, 4.0)}  # fmt: skip
+
+
+def _recovering(gain: float) -> Front:
+    front = _front(RECOVERING)
+    for n in (1, 2):
+        front.records[n].rungs[1] = {"accuracy": RECOVERING[n][0] + gain}
+    front.changed()
+    return front
+
+
+def test_near_misses_that_would_extend_the_front_are_probed_where_promoted_plans_recover() -> None:
+    """Three compressed plans pass rung 0, so it is not probed for want of feasible
+    plans; but the plans promoted from it gained 0.04 a rung up, and the fast ones that
+    miss the bound there would join its front with that gain: they are measured a rung
+    up before rung 0 rules them out (ShuffleNet's prune-0.7 plans, 2026-12-02)."""
+    front = _recovering(0.04)
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "latency_ms@local-cpu": 10.0})
+    assert sorted(promotion.select(front, rungs=2)) == [(4, 1), (5, 1)]
+    note = promotion.take_notes()[0]
+    assert "gained 0.040 accuracy at rung 1 (75th percentile of 2)" in note
+    assert "2 that miss accuracy >= 0.765 at rung 0 would join its front" in note
+    # they recover as the promoted plans did: rung 0's shortfall is learnt, and the fast
+    # plan is on the front at rung 1
+    for n in (4, 5):
+        front.records[n].rungs[1] = {"accuracy": RECOVERING[n][0] + 0.04}
+    front.changed()
+    promotion.select(front, rungs=2)
+    assert promotion.shortfall[0, "other"] == pytest.approx(0.04)
+    assert 4 in front.numbers() and not front.judge(front.records[6])
+
+
+def test_near_misses_are_not_probed_where_promoted_plans_gain_little() -> None:
+    """Where the promoted plans gain no more than noise a rung up, rung 0's verdicts
+    stand: no probe, the usual share goes up (the shipped scenarios' rungs)."""
+    front = _recovering(0.01)
+    promotion = SpreadPromotion(share=0.5)
+    promotion.start({"accuracy": 0.80, "latency_ms@local-cpu": 10.0})
+    assert all(n <= 3 for n, _ in promotion.select(front, rungs=2))
+    assert promotion.take_notes() == [] and promotion.shortfall == {}
+
+
 def test_what_promotion_learnt_survives_a_resume() -> None:
     front = _sized(SHORT)
     first = SpreadPromotion(share=0.5)
