@@ -233,14 +233,14 @@ class SpreadPromotion(Promotion):
         """What the compressed plans of ``kind`` already measured at ``rung`` and a rung
         up (promoted by the rung's quota) gained there: the 75th percentile of their
         gains in accuracy, and how many there are (0.0, 0 where none is)."""
-        gains = [
-            r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
-            for r in front.complete()
-            if r.kind == kind
-            and ACCURACY in r.rungs.get(rung, {})
-            and ACCURACY in r.rungs.get(rung + 1, {})
-            and self._compressed(front, r.number, rung)
-        ]
+        gains = _gains(
+            rung,
+            [
+                r
+                for r in front.complete()
+                if r.kind == kind and self._compressed(front, r.number, rung)
+            ],
+        )
         return (float(np.percentile(gains, 75)), len(gains)) if gains else (0.0, 0)
 
     def _probe_hopeful(
@@ -261,13 +261,10 @@ class SpreadPromotion(Promotion):
         if seen <= MIN_SHORTFALL:
             return []
         candidates = self._candidates(front)
-        others = _judged(front, [c for c in front.constraints if c.objective != ACCURACY])
         members = [front.records[n] for n in candidates.numbers(rung)]
         rows = front.matrix(members, rung)
         hopeful = []
-        for r in plans:
-            if r.rung != rung or not others.judge(r, rung) or candidates.judge(r, rung):
-                continue
+        for r in _near_misses(front, candidates, rung, plans):
             values = r.values(rung)
             hope = {**values, ACCURACY: values[ACCURACY] + seen}
             if not candidates.feasible(hope, rung, r.kind):
@@ -277,7 +274,6 @@ class SpreadPromotion(Promotion):
                 hopeful.append(r.number)
         if not hopeful:
             return []
-        hopeful.sort(key=lambda n: -front.records[n].values(rung)[ACCURACY])
         chosen = hopeful[: self.probes]
         self._probes[rung, kind] = chosen
         self.notes.append(
@@ -306,11 +302,7 @@ class SpreadPromotion(Promotion):
         probes = self._probes[rung, kind]
         if any(rung + 1 not in front.records[n].rungs for n in probes):
             return  # some are still being measured (a failed one counts as back)
-        gains = [
-            r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
-            for n in probes
-            if ACCURACY in (r := front.records[n]).rungs.get(rung + 1, {})
-        ]
+        gains = _gains(rung, [front.records[n] for n in probes])
         if not gains:
             return
         gap = float(np.percentile(gains, 75))
@@ -356,15 +348,9 @@ class SpreadPromotion(Promotion):
         feasible = sum(1 for r in plans if candidates.judge(r, rung))
         if feasible >= self.probes:
             return []
-        others = _judged(front, [c for c in front.constraints if c.objective != ACCURACY])
-        near = [
-            r.number
-            for r in plans
-            if r.rung == rung and others.judge(r, rung) and not candidates.judge(r, rung)
-        ]
+        near = [r.number for r in _near_misses(front, candidates, rung, plans)]
         if not near:
             return []
-        near.sort(key=lambda n: -front.records[n].values(rung)[ACCURACY])
         chosen = near[: self.probes]
         self._probes[rung, kind] = chosen
         best = front.records[chosen[0]].values(rung)[ACCURACY]
@@ -499,6 +485,29 @@ def finishing(
         )
     note = f"finishing the front: {len(below)} member(s) below rung {rung_names[top]!r}"
     return [(n, top) for n in below], f"{note} are measured there"
+
+
+def _near_misses(
+    front: Front, candidates: Front, rung: int, plans: list[TrialRecord]
+) -> list[TrialRecord]:
+    """The ``plans`` waiting at ``rung`` that meet every constraint there but accuracy
+    (as ``candidates`` judges it), the most accurate first."""
+    others = _judged(front, [c for c in front.constraints if c.objective != ACCURACY])
+    near = [
+        r
+        for r in plans
+        if r.rung == rung and others.judge(r, rung) and not candidates.judge(r, rung)
+    ]
+    return sorted(near, key=lambda r: -r.values(rung)[ACCURACY])
+
+
+def _gains(rung: int, records: Sequence[TrialRecord]) -> list[float]:
+    """The accuracy each of ``records`` measured at ``rung`` and a rung up gained there."""
+    return [
+        r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
+        for r in records
+        if ACCURACY in r.rungs.get(rung, {}) and ACCURACY in r.rungs.get(rung + 1, {})
+    ]
 
 
 def _text(key: tuple[int, str]) -> str:
