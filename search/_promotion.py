@@ -269,8 +269,7 @@ class SpreadPromotion(Promotion):
             hope = {**values, ACCURACY: values[ACCURACY] + seen}
             if not candidates.feasible(hope, rung, r.kind):
                 continue
-            row = [[hope[o.name] for o in front.objectives]]
-            if pareto_mask(np.vstack([rows, row]), front.objectives)[-1]:
+            if _joins(front, rows, hope):
                 hopeful.append(r.number)
         if not hopeful:
             return []
@@ -391,8 +390,7 @@ class SpreadPromotion(Promotion):
             if not self._compressed(front, rec.number, rung):
                 continue
             hope = {**values, ACCURACY: values[ACCURACY] + gap}
-            rows = np.vstack([above, [[hope[o.name] for o in front.objectives]]])
-            if pareto_mask(rows, front.objectives)[-1]:
+            if _joins(front, above, hope):
                 hopes[rec.key] = (values[ACCURACY], rec.number)
         best = sorted(hopes.values(), reverse=True)[:room]
         hoped += [n for _, n in best]
@@ -499,6 +497,13 @@ def _near_misses(
         if r.rung == rung and others.judge(r, rung) and not candidates.judge(r, rung)
     ]
     return sorted(near, key=lambda r: -r.values(rung)[ACCURACY])
+
+
+def _joins(front: Front, members: np.ndarray, values: Mapping[str, float]) -> bool:
+    """Whether a plan with ``values`` is dominated by no row of ``members`` (objective
+    values, ``Front.matrix``)."""
+    row = [[values[o.name] for o in front.objectives]]
+    return bool(pareto_mask(np.vstack([members, row]), front.objectives)[-1])
 
 
 def _gains(rung: int, records: Sequence[TrialRecord]) -> list[float]:
