@@ -873,6 +873,8 @@ def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
                 "proposals s in all": _num(t.get("sampler_propose_s"), "{:.0f}"),
             }
         )
+        if r.get("note"):
+            notes.append(f"- {r['scenario']}: {r['note']}")
         cover = r.get("promotion_coverage") or {}
         if cover.get("by"):
             notes.append(
