@@ -33,6 +33,7 @@ class LatencyEstimate:
         energy_mj: energy per inference, when the table can price it.
         measured_at: where the figure is the model as the table measured it (the
             uncompressed model, timed beside every row), when; "" for a prediction.
+        bundle_id: with ``measured_at``, the bundle whose measurement it is.
     """
 
     latency_ms: float
@@ -41,3 +42,4 @@ class LatencyEstimate:
     coverage: dict[str, int]
     energy_mj: float | None
     measured_at: str = ""
+    bundle_id: str = ""

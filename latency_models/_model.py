@@ -28,7 +28,7 @@ from ._correction import Correction
 from ._estimate import LatencyEstimate, OpCost
 from ._ops import OpSpec, plan_ops
 from ._pricer import FallbackFit, OpPricer
-from ._table import MIN_CALIBRATION_MODELS, DeviceTable
+from ._table import MIN_CALIBRATION_MODELS, DeviceMeta, DeviceTable
 from ._transfer import Transfer, fit_transfer
 from ._transfer import summary as transfer_summary
 
@@ -136,6 +136,7 @@ class OwnCalibration:
         priced_here = all(c.source == "table" for c in costs)
         measured = pricer.measured_model(specs) if as_measured and priced_here else None
         if measured is not None:
+            bundle = measured.key.removeprefix("baseline-")
             return LatencyEstimate(
                 latency_ms=measured.median_ms,
                 sum_ms=raw,
@@ -146,7 +147,8 @@ class OwnCalibration:
                     if measured.energy_mj is not None
                     else pricer.energy([], measured.median_ms)
                 ),
-                measured_at=str(pricer.table.meta.get("date", "")) or "measured",
+                measured_at=pricer.table.bundle_meta(bundle).date or "measured",
+                bundle_id=bundle,
             )
         return LatencyEstimate(
             latency_ms=latency,
@@ -262,6 +264,11 @@ class LatencyModel:
             )
         arch = arch_key(plan)
         return self.predict_ops(plan_ops(templates[arch], plan), as_measured=as_measured)
+
+    def device_meta(self, model: Any) -> DeviceMeta:
+        """The device as its table measured ``model``'s space (``bind`` it first): that
+        space's own date and noise band, where the table holds several spaces' rows."""
+        return self.table.bundle_meta(self.predict(model, CompressionPlan()).bundle_id)
 
     def predict_ops(self, specs: list[OpSpec], *, as_measured: bool = True) -> LatencyEstimate:
         """Predict the latency of a model that runs ``specs`` (the uncompressed model

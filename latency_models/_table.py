@@ -92,6 +92,30 @@ class Row:
     layout: str = ""
 
 
+#: what a bundle's own measurement states of itself, kept by bundle in a table that holds
+#: several bundles' rows (``DeviceMeta.bundles``)
+BUNDLE_FACTS = (
+    "date",
+    "noise_pct",
+    "noise_models",
+    "noise_within_5pct",
+    "noise_within_10pct",
+    "drifted_chunks",
+    "redone_chunks",
+)
+
+
+def _bundles(old: dict[str, Any], new: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each bundle's own facts once ``new``'s rows join ``old``'s: those ``old`` kept (its
+    top-level ones for a table stored before they were kept by bundle), then ``new``'s,
+    which replace a bundle measured again."""
+    kept = dict(old.get("bundles") or new.get("bundles") or {})
+    for meta in (old, new):
+        if meta.get("bundle_id") and (meta is new or meta["bundle_id"] not in kept):
+            kept[meta["bundle_id"]] = {k: meta[k] for k in BUNDLE_FACTS if k in meta}
+    return kept
+
+
 @dataclass(frozen=True)
 class DeviceMeta:
     """What Frontier knows of a device beside its rows: the typed fields other parts read
@@ -135,6 +159,10 @@ class DeviceMeta:
     #: on this device is real
     noise_pct: float | None = None
     noise_models: int | None = None
+    #: each bundle's own measurement (``BUNDLE_FACTS``: its date, its noise band), by
+    #: bundle id: a device's table holds the rows of every space measured on it, and the
+    #: fields above are those of the latest
+    bundles: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def noise_band(self) -> str:
@@ -146,6 +174,15 @@ class DeviceMeta:
             f"within its noise ({self.noise_models} whole models timed twice when its table "
             "was built agreed that closely, 90th percentile)"
         )
+
+    def for_bundle(self, bundle_id: str | None) -> DeviceMeta:
+        """The device as it measured one bundle: that bundle's date and noise band where
+        they are kept (``bundles``), else the table's."""
+        facts = self.bundles.get(bundle_id or "")
+        if facts is None:
+            return self
+        rest = {k: v for k, v in self.to_dict().items() if k not in BUNDLE_FACTS}
+        return DeviceMeta.from_dict({**rest, **facts, "bundle_id": bundle_id})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceMeta:
@@ -163,7 +200,7 @@ class DeviceMeta:
         out = dict(self.extra)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name != "extra" and value not in (None, (), False):
+            if f.name != "extra" and value not in (None, (), False, {}):
                 out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -197,6 +234,10 @@ class DeviceTable:
     def device_meta(self) -> DeviceMeta:
         """The metadata, typed."""
         return DeviceMeta.from_dict(self.meta)
+
+    def bundle_meta(self, bundle_id: str | None) -> DeviceMeta:
+        """The metadata as the device measured one bundle (``DeviceMeta.for_bundle``)."""
+        return self.device_meta.for_bundle(bundle_id)
 
     def derive(
         self, name: str, *, unsupported: list[str], offload: str, transfer_gbps: float
@@ -645,6 +686,10 @@ class DeviceStore:
             rows = [r for r in old.rows if r.key not in new_keys] + rows
             merged_meta = {**old.meta, **merged_meta}
             warnings = [*old.meta.get("import_warnings", []), *warnings]
+        merged_meta["bundles"] = _bundles(old.meta if old is not None else {}, table.meta)
+        for key in BUNDLE_FACTS:  # the top-level facts are the latest bundle's, not a mix
+            if table.meta.get("bundle_id") and key not in table.meta:
+                merged_meta.pop(key, None)
         merged_meta.pop("import_warnings", None)
         if warnings:
             merged_meta["import_warnings"] = list(dict.fromkeys(warnings))

@@ -371,7 +371,7 @@ class MlflowCallback(Callback):
                 Tag.HV_NORMALISATION: "minimize: value/baseline; maximize: 1 - value/baseline",
                 Tag.BASELINE: json.dumps(search.baseline),
                 Tag.DEVICE_TABLES: json.dumps(tables),
-                Tag.NOISE_BANDS: json.dumps(noise_bands(evaluation.tables)),
+                Tag.NOISE_BANDS: json.dumps(noise_bands(evaluation)),
                 Tag.NOTES: json.dumps(evaluation.notes),
             },
         )

@@ -8,7 +8,6 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +232,11 @@ def register_model(uri: str, run_id: str, onnx_path: Path, name: str, alias: str
     return {"name": name, "version": version, "alias": alias}
 
 
-def noise_bands(tables: Mapping[str, Any]) -> dict[str, str]:
-    """Device -> what the noise its table measured of itself means (``noise_band``), for
-    the tables that measured it."""
-    bands = {name: t.device_meta.noise_band() for name, t in tables.items()}
+def noise_bands(evaluation: Any) -> dict[str, str]:
+    """Device -> what the noise its table measured of itself when it measured this
+    search's space means (``noise_band``), for the tables that measured it."""
+    bands = {
+        name: lm.device_meta(evaluation.teacher).noise_band()
+        for name, lm in evaluation.setup.latency.items()
+    }
     return {name: band for name, band in bands.items() if band}

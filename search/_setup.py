@@ -266,7 +266,7 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
         stated = lm.predict(evaluation.teacher, CompressionPlan())
         if not stated.measured_at:
             continue  # a few-shot or derived table states no measurement of its own
-        meta = table.device_meta
+        meta = table.bundle_meta(stated.bundle_id)  # this space's own noise band
         band = max((meta.noise_pct or 0.0) / 100, SPEED_TOLERANCE)
         try:
             data = whole_model_bytes(

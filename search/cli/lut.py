@@ -428,7 +428,7 @@ def cmd_lut_validate(args: argparse.Namespace) -> int:
     if store.has(table.name):
         store.record(table.name, validation=report.summary())
     print(json.dumps(report.to_dict(), indent=2))
-    band = table.device_meta.noise_band()
+    band = latency.device_meta(model).noise_band()
     if band:
         print(f"note: {band}", file=sys.stderr)
     for warning in latency.quality()["warnings"]:

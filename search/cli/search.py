@@ -109,7 +109,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             )
             + ")"
         )
-    for band in noise_bands(search.evaluation.tables).values():
+    for band in noise_bands(search.evaluation).values():
         print(f"latency: {band}")
     miss = search.front.closest_miss()
     if miss:

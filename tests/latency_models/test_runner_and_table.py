@@ -282,3 +282,50 @@ def test_a_table_times_some_whole_models_twice_and_keeps_its_noise(measured, sto
     ids = [r["model_id"] for r in csv.DictReader(out.open())]
     assert len(ids) == len(set(ids)) == len(manifest["models"])
     assert DeviceMeta().noise_band() == ""  # a table that did not measure it says nothing
+
+
+def test_a_table_of_two_spaces_states_each_ones_own_noise(
+    measured, mlp_setup, store, tmp_path
+) -> None:
+    """A device's table keeps the rows of every space measured on it. What a search,
+    `lut validate` and `pick` say of its noise is what its own space's rows were measured
+    with, not the latest space's (a model measured at 26% noise once read as 5%)."""
+    import shutil
+
+    from frontier.latency_models import LatencyModel
+
+    out, manifest = measured
+    store.import_table(out, name="cpu", manifest=manifest)
+    own = store.load("cpu").device_meta
+    # another space, measured later on the same device while it ran noisier: its own
+    # uncompressed model, and its ops shared with the first
+    later = tmp_path / "later"
+    shutil.copytree(out.parent, later)
+    new_id = "0000aaaa0000aaaa"
+    csv_path = later / out.name
+    csv_path.write_text(
+        csv_path.read_text().replace(f"baseline-{own.bundle_id}", f"baseline-{new_id}")
+    )
+    meta_path = later / f"{out.name}.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(bundle_id=new_id, noise_pct=31.5, date="2026-12-03T00:00:00+00:00")
+    meta_path.write_text(json.dumps(meta))
+    other = json.loads(
+        json.dumps(manifest).replace(f"baseline-{own.bundle_id}", f"baseline-{new_id}")
+    )
+    other["bundle_id"] = new_id
+    for entry in other["models"]:
+        if entry["kind"] == "baseline":
+            entry["op_keys"] = entry["op_keys"][::-1]  # another model than the first's
+    store.import_table(csv_path, name="cpu", manifest=other, merge=True)
+
+    both = store.load("cpu")
+    assert both.device_meta.noise_pct == 31.5  # the table as a whole: its latest space
+    assert both.bundle_meta(new_id).noise_pct == 31.5
+    assert both.bundle_meta(own.bundle_id).noise_pct == own.noise_pct
+    _, model, x, space = mlp_setup
+    latency = LatencyModel(both)
+    latency.bind(model, x, space)
+    first = latency.device_meta(model)  # what a search of the first space states
+    assert first.noise_pct == own.noise_pct and first.date == own.date
+    assert f"differences under {own.noise_pct:.1f}% " in first.noise_band()

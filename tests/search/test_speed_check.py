@@ -19,7 +19,7 @@ class _Stated:
         self.ms, self.when = ms, when
 
     def predict(self, model, plan):
-        return SimpleNamespace(latency_ms=self.ms, measured_at=self.when)
+        return SimpleNamespace(latency_ms=self.ms, measured_at=self.when, bundle_id="b1")
 
 
 def _evaluation(tables: dict[str, tuple[_Stated, float]]) -> SimpleNamespace:
@@ -32,7 +32,8 @@ def _evaluation(tables: dict[str, tuple[_Stated, float]]) -> SimpleNamespace:
         setup=SimpleNamespace(latency={name: stated for name, (stated, _) in tables.items()}),
         tables={
             name: SimpleNamespace(
-                device_meta=DeviceMeta(noise_pct=noise), path=Path("/store/local-cpu/table.csv")
+                bundle_meta={"b1": DeviceMeta(noise_pct=noise)}.get,
+                path=Path("/store/local-cpu/table.csv"),
             )
             for name, (_, noise) in tables.items()
         },
