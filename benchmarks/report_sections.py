@@ -1128,6 +1128,7 @@ def logged_sections(logs: Path) -> list[str]:
     for filename, section in (
         ("latency-trust.json", latency_trust_section),
         ("residuals.json", residuals_section),
+        ("own-calibration.json", own_calibration_section),
         ("every-model.json", every_model_section),
         ("first-table.json", first_table_section),
         ("cluster.json", cluster_section),
@@ -1151,3 +1152,30 @@ def logged_sections(logs: Path) -> list[str]:
             json.loads(accel.read_text()) if accel.exists() else None,
         )
     return lines
+
+
+def own_calibration_section(result: dict[str, Any]) -> list[str]:
+    """Each space's plans calibrated on every space's models or its own
+    (``bench_own_calibration.py``)."""
+    lines = [
+        "### A space calibrated on its own models (`benchmarks/bench_own_calibration.py`)",
+        "",
+        f"The `{result['device']}` table of {result['date'][:10]}, {result['folds']}-fold "
+        "cross-validation over each space's calibration models: fitted with every other "
+        "space's models as well (`every`) or on the space's own alone (`own`).",
+        "",
+        "| space | models (others) | baseline ms | MAPE every / own | within 10% every / own "
+        "| median error every / own | fast half every / own | slow half every / own |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for bundle, s in result["spaces"].items():
+        e, o = s["every"], s["own"]
+        lines.append(
+            f"| {bundle} | {s['models']} ({s['other_models']}) | {s['baseline_ms']:.4g} "
+            f"| {e['mape']:.1%} / {o['mape']:.1%} "
+            f"| {e['within_10pct']:.0%} / {o['within_10pct']:.0%} "
+            f"| {e['median_error']:+.1%} / {o['median_error']:+.1%} "
+            f"| {e['fast_half_median_error']:+.1%} / {o['fast_half_median_error']:+.1%} "
+            f"| {e['slow_half_median_error']:+.1%} / {o['slow_half_median_error']:+.1%} |"
+        )
+    return [*lines, ""]

@@ -244,12 +244,20 @@ class LatencyModel:
     def bind(self, model: Any, example_inputs: Any, space: SearchSpace) -> None:
         """Prepare predictions for plans of ``space`` on ``model`` (exports it once), at
         the batch the table's ops were measured at (``op_batch_size``: a GPU device at
-        batch 32 prices ops of batch 32)."""
+        batch 32 prices ops of batch 32). Where the table measured ``model``'s space
+        beside others, its calibration keeps to that space's models
+        (``OpPricer.space_rows``; the space of the model bound last)."""
         batch = self.table.device_meta.op_batch_size or 1
         half = self.table.device_meta.half  # its 16-bit layers run FP16
-        self._bound[id(model)] = space_templates(
-            model, example_inputs, space, batch_size=batch, half=half
-        )
+        templates = space_templates(model, example_inputs, space, batch_size=batch, half=half)
+        self._bound[id(model)] = templates
+        plain = CompressionPlan()
+        measured = self.pricer.measured_model(plan_ops(templates[arch_key(plain)], plain))
+        own = measured.key.removeprefix("baseline-") if measured is not None else ""
+        if own != self.pricer.space and own:
+            self.pricer.space = own
+            if isinstance(self.whole, OwnCalibration):
+                self.whole.choice = None  # chosen again, on this space's models
 
     def predict(
         self, model: Any, plan: CompressionPlan, *, as_measured: bool = True

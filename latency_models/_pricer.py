@@ -21,7 +21,7 @@ import numpy as np
 from ._calibration import Sample, nnls
 from ._estimate import OpCost
 from ._ops import OpSpec
-from ._table import DeviceTable, Row
+from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row
 
 DEFAULT_TRANSFER_GBPS = 1.0
 #: Ops a runtime runs in whatever layout their input comes in (ONNX Runtime carries an
@@ -135,6 +135,9 @@ class OpPricer:
     #: same few ops over and over, and a table does not change under it
     _costs: dict[tuple[str, bool], OpCost] = field(default_factory=dict, repr=False)
     _offload_pricer: OpPricer | None = field(default=None, repr=False)
+    #: the bundle whose space is priced (``LatencyModel.bind``): the calibration keeps to
+    #: that space's models (``calibration_samples``); "" for every model of the table
+    space: str = ""
     #: the table's measured uncompressed models by their ops' keys (``measured_model``)
     _baselines: dict[tuple[str, ...], Row] | None = field(default=None, repr=False)
     #: where op specs are read: the table's bundle manifest, then (a few-shot table's
@@ -287,9 +290,10 @@ class OpPricer:
 
     # -- the table's whole models -----------------------------------------------------
     def calibration_samples(self) -> list[Sample]:
-        """The table's measured calibration models, with their ops (and profiles)."""
+        """The table's measured calibration models, with their ops (and profiles): those
+        of the space priced (``space_rows``), where there are enough of them."""
         samples = []
-        for row in self.table.whole_models("calibration"):
+        for row in self.space_rows(self.table.whole_models("calibration")):
             entry = self.table.models.get(row.key)
             if entry is None:
                 continue
@@ -305,6 +309,37 @@ class OpPricer:
                 )
             )
         return samples
+
+    def space_rows(self, rows: list[Row]) -> list[Row]:
+        """The rows of ``space``'s models: those timed beside its uncompressed model, and
+        learned ones (measured fronts, stated against none) that run only ops its models
+        run; all of ``rows`` where no space is set or fewer than
+        ``MIN_CALIBRATION_MODELS`` are its own.
+
+        A device's table holds every space measured on it, and how a space's whole models
+        relate to their ops' sum is its own: calibrated on every space's models, the
+        MobileNetV2 scenario's plans were priced 10% slow and ResNet-50's 61% fast
+        (5-fold cross-validation on 2026-12-03, ``docs/latency-tables.md``)."""
+        if not self.space:
+            return rows
+        tag = f"baseline-{self.space}"
+        ops = {
+            k
+            for r in self.table.rows
+            if r.baseline_key == tag and r.kind != "op"
+            for k in self.table.models.get(r.key, {}).get("op_keys", ())
+        }
+        own = [
+            r
+            for r in rows
+            if r.baseline_key == tag
+            or (
+                not r.baseline_key
+                and r.key in self.table.models
+                and set(self.table.models[r.key].get("op_keys", ())) <= ops
+            )
+        ]
+        return own if len(own) >= MIN_CALIBRATION_MODELS else rows
 
     def measured_model(self, specs: list[OpSpec]) -> Row | None:
         """The table's measured uncompressed model that runs exactly ``specs``, if any:
