@@ -15,7 +15,7 @@ Reported per space: MAPE, the share within 10%, the median error, and the median
 of the faster and the slower half of its models. No timing: it reads a stored table.
 
 Run: python benchmarks/bench_own_calibration.py [--device local-cpu] [--store DIR]
-     [--folds 5] [--json benchmarks/report-logs/own-calibration.json]
+     [--folds 5] [--label BUNDLE=NAME ...] [--json benchmarks/report-logs/own-calibration.json]
 """
 
 from __future__ import annotations
@@ -110,9 +110,17 @@ def main() -> None:
     parser.add_argument("--store", default=None, help="device store (default: Frontier's)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--min-models", type=int, default=20)
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="BUNDLE=NAME",
+        help="name a space in the report (its bundle id is all the table knows)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=HERE / "report-logs" / "own-calibration.json")
     args = parser.parse_args()
     result = run(DeviceStore(args.store).load(args.device), args.folds, args.min_models)
+    for item in args.label:
+        bundle, _, name = item.partition("=")
+        if bundle in result["spaces"]:
+            result["spaces"][bundle]["label"] = name
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print("\n".join(own_calibration_section(result)))
 

@@ -1171,7 +1171,8 @@ def own_calibration_section(result: dict[str, Any]) -> list[str]:
     for bundle, s in result["spaces"].items():
         e, o = s["every"], s["own"]
         lines.append(
-            f"| {bundle} | {s['models']} ({s['other_models']}) | {s['baseline_ms']:.4g} "
+            f"| {s.get('label', bundle)} | {s['models']} ({s['other_models']}) "
+            f"| {s['baseline_ms']:.4g} "
             f"| {e['mape']:.1%} / {o['mape']:.1%} "
             f"| {e['within_10pct']:.0%} / {o['within_10pct']:.0%} "
             f"| {e['median_error']:+.1%} / {o['median_error']:+.1%} "

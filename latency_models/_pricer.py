@@ -318,7 +318,7 @@ class OpPricer:
 
         A device's table holds every space measured on it, and how a space's whole models
         relate to their ops' sum is its own: calibrated on every space's models, the
-        MobileNetV2 scenario's plans were priced 10% slow and ResNet-50's 61% fast
+        MobileNetV2 scenario's plans were priced 10% slow and ResNet-50's 60% fast
         (5-fold cross-validation on 2026-12-03, ``docs/latency-tables.md``)."""
         if not self.space:
             return rows

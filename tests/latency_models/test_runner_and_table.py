@@ -290,7 +290,7 @@ def test_a_table_of_two_spaces_prices_each_by_its_own_models(
     """A device's table keeps the rows of every space measured on it. A model of one
     space is calibrated on that space's models alone, and what a search, `lut validate`
     and `pick` say of its noise is its own space's (calibrated on every space's models,
-    ResNet-50's plans were priced 61% fast; a model measured at 26% noise read as 5%)."""
+    ResNet-50's plans were priced 60% fast; a model measured at 26% noise read as 5%)."""
     import shutil
 
     from frontier.latency_models import LatencyModel
