@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 from report_sections import own_calibration_section
 
-from frontier.latency_models import DeviceStore, LatencyModel
-from frontier.latency_models._table import DeviceTable, Row
+from frontier.latency_models import DeviceStore, DeviceTable, LatencyModel, Row
 
 HERE = Path(__file__).resolve().parent
 
