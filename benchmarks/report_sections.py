@@ -1154,6 +1154,19 @@ def logged_sections(logs: Path) -> list[str]:
     return lines
 
 
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
+def _halves(every: dict[str, Any], own: dict[str, Any], half: str) -> str:
+    """One half's median error, every / own, and by the measured times where logged."""
+    key = f"{half}_half_median_error"
+    text = f"{_signed(every[key])} / {_signed(own[key])}"
+    if f"{key}_by_measured" in own:
+        text += f" [{_signed(every[key + '_by_measured'])} / {_signed(own[key + '_by_measured'])}]"
+    return text
+
+
 def own_calibration_section(result: dict[str, Any]) -> list[str]:
     """Each space's plans calibrated on every space's models or its own
     (``bench_own_calibration.py``)."""
@@ -1162,11 +1175,16 @@ def own_calibration_section(result: dict[str, Any]) -> list[str]:
         "",
         f"The `{result['device']}` table of {result['date'][:10]}, {result['folds']}-fold "
         "cross-validation over each space's calibration models: fitted with every other "
-        "space's models as well (`every`) or on the space's own alone (`own`).",
+        "space's models as well (`every`) or on the space's own alone (`own`). The fast "
+        "and slow halves are halved by the prediction; halved by the measured times they "
+        "would show the rows' own noise as a bias (a row measured fast by its error lands "
+        "in the fast half), so those are given in brackets. The fewer-MACs half: the more "
+        "pruned plans.",
         "",
         "| space | models (others) | baseline ms | MAPE every / own | within 10% every / own "
-        "| median error every / own | fast half every / own | slow half every / own |",
-        "|---|---|---|---|---|---|---|---|",
+        "| median error every / own | fast half every / own [by measured] "
+        "| slow half every / own [by measured] | fewer-MACs half every / own |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for bundle, s in result["spaces"].items():
         e, o = s["every"], s["own"]
@@ -1176,7 +1194,8 @@ def own_calibration_section(result: dict[str, Any]) -> list[str]:
             f"| {e['mape']:.1%} / {o['mape']:.1%} "
             f"| {e['within_10pct']:.0%} / {o['within_10pct']:.0%} "
             f"| {e['median_error']:+.1%} / {o['median_error']:+.1%} "
-            f"| {e['fast_half_median_error']:+.1%} / {o['fast_half_median_error']:+.1%} "
-            f"| {e['slow_half_median_error']:+.1%} / {o['slow_half_median_error']:+.1%} |"
+            f"| {_halves(e, o, 'fast')} | {_halves(e, o, 'slow')} "
+            f"| {_signed(e.get('fewer_macs_half_median_error'))} "
+            f"/ {_signed(o.get('fewer_macs_half_median_error'))} |"
         )
     return [*lines, ""]
