@@ -30,7 +30,7 @@ from ._ops import (
     plan_ops,
     unbuildable_model,
 )
-from ._table import MIN_CALIBRATION_MODELS
+from ._table import MIN_CALIBRATION_MODELS, baseline_key
 from ._transfer import few_shot_ops
 from ._whole import BUILD_WORKERS, build_whole, timing_calibration, whole_model_bytes
 from .runner import BUNDLE_FORMAT, BUNDLE_VERSION
@@ -295,7 +295,7 @@ class _Writer:
                 "id": "baseline",
                 "kind": "baseline",
                 "file": "models/baseline.onnx",
-                "key": f"baseline-{self.digest}",
+                "key": baseline_key(self.digest),
                 "plan": plan.to_dict(),
                 "op_keys": [o.key for o in plan_ops(self.found.templates[TEACHER], plan)],
                 **self.put("models/baseline.onnx", data),

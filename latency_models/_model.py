@@ -28,7 +28,7 @@ from ._correction import Correction
 from ._estimate import LatencyEstimate, OpCost
 from ._ops import OpSpec, plan_ops
 from ._pricer import FallbackFit, OpPricer
-from ._table import MIN_CALIBRATION_MODELS, DeviceMeta, DeviceTable
+from ._table import MIN_CALIBRATION_MODELS, DeviceMeta, DeviceTable, bundle_of
 from ._transfer import Transfer, fit_transfer
 from ._transfer import summary as transfer_summary
 
@@ -136,7 +136,7 @@ class OwnCalibration:
         priced_here = all(c.source == "table" for c in costs)
         measured = pricer.measured_model(specs) if as_measured and priced_here else None
         if measured is not None:
-            bundle = measured.key.removeprefix("baseline-")
+            bundle = bundle_of(measured.key)
             return LatencyEstimate(
                 latency_ms=measured.median_ms,
                 sum_ms=raw,
@@ -253,7 +253,7 @@ class LatencyModel:
         self._bound[id(model)] = templates
         plain = CompressionPlan()
         measured = self.pricer.measured_model(plan_ops(templates[arch_key(plain)], plain))
-        own = measured.key.removeprefix("baseline-") if measured is not None else ""
+        own = bundle_of(measured.key) if measured is not None else ""
         if own != self.pricer.space and own:
             self.pricer.space = own
             if isinstance(self.whole, OwnCalibration):

@@ -21,7 +21,7 @@ import numpy as np
 from ._calibration import Sample, nnls
 from ._estimate import OpCost
 from ._ops import OpSpec
-from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row
+from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row, baseline_key
 
 DEFAULT_TRANSFER_GBPS = 1.0
 #: Ops a runtime runs in whatever layout their input comes in (ONNX Runtime carries an
@@ -322,7 +322,7 @@ class OpPricer:
         (5-fold cross-validation on 2026-12-03, ``docs/latency-tables.md``)."""
         if not self.space:
             return rows
-        tag = f"baseline-{self.space}"
+        tag = baseline_key(self.space)
         ops = {
             k
             for r in self.table.rows

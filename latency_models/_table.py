@@ -43,6 +43,20 @@ MIN_CALIBRATION_MODELS = 8
 MIN_SHARED_OPS = 4
 MIN_FEW_SHOT_WHOLE_MODELS = 3
 
+#: How a bundle's uncompressed model is keyed in a table: every row the bundle measured
+#: names it as its ``baseline_key``, so the key says which space a row belongs to.
+BASELINE_PREFIX = "baseline-"
+
+
+def baseline_key(bundle: str) -> str:
+    """The table key of bundle ``bundle``'s uncompressed model."""
+    return BASELINE_PREFIX + bundle
+
+
+def bundle_of(key: str) -> str:
+    """The bundle whose uncompressed model ``key`` is (``baseline_key``'s inverse)."""
+    return key.removeprefix(BASELINE_PREFIX)
+
 
 class TableError(ValueError):
     """A device table breaks a rule; the message names the file and the rows."""
