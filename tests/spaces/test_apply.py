@@ -1,6 +1,7 @@
 """apply_plan on models built here and on torchvision architectures with random weights."""
 
 import copy
+import gc
 import itertools
 import warnings
 
@@ -85,6 +86,27 @@ def test_a_model_is_checked_once_per_input_shape(mlp, monkeypatch) -> None:
     assert checked == [(1, 64), (2, 64)]
     with pytest.raises(SpaceError, match="forward failed"):
         apply_plan(mlp, plan, torch.randn(1, 65))
+
+
+def test_pruning_leaves_no_copy_of_the_weights_alive(mlp) -> None:
+    # Torch-Pruning's dependency graph is a web of cycles holding the traced forward's
+    # saved tensors: left to the collector, each pruned copy keeps the weights as they
+    # were alive (a large model's discovery held six copies at once).
+    x = torch.randn(1, 64)
+    unpruned = tuple(mlp[1].weight.shape)
+    gc.collect()
+    gc.disable()
+    try:
+        small = apply_plan(mlp, CompressionPlan(prune={"1": 0.5}), x)
+        alive = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, torch.Tensor) and tuple(o.shape) == unpruned and o is not mlp[1].weight
+        ]
+    finally:
+        gc.enable()
+    assert small[1].out_features == 24
+    assert alive == []
 
 
 @pytest.mark.parametrize("importance", ["l1", "taylor", "bn_scale"], ids=str)
