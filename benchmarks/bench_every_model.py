@@ -9,12 +9,13 @@ judged fairly), write its bundle (every op model and ``--whole`` seeded whole co
 models) and run each model once through the runner (one round, a short visit), then
 count the rows that did not run and say why.
 
-Each model runs in a child process under ``--timeout-s`` and ``--max-rss-gb`` (16 GB of
-this machine's 24: swin_t reached 23 GB), so one model that hangs or
-runs out of memory is recorded as such and the others go on. Results are kept per model
-in ``benchmarks/report-logs/every-model.json``; a rerun skips the models already there
-(``--models NAME ...`` runs those again), so the list can be worked through over several
-runs. A model that does not take a 96x96 input (the ViTs' fixed patch grid) is tried at
+Each model runs in a child process under ``--timeout-s`` and ``--max-rss-gb`` (the
+proportional set sizes of its processes summed; 16 GB of this machine's 24: swin_t
+reached 23 GB), so one model that hangs or runs out of memory is recorded as such and
+the others go on. Results are kept per model in
+``benchmarks/report-logs/every-model.json``; a rerun skips the models already there
+(``--models NAME ...`` runs those again), so the list can be worked through over
+several runs. A model that does not take a 96x96 input (the ViTs' fixed patch grid) is tried at
 224x224, and the entry says so.
 
 Targets (issue 68): every op model and whole model builds and runs; the op enumeration
@@ -133,7 +134,9 @@ def one(name: str, whole: int, out: dict[str, Any]) -> None:
 
 
 def _group_rss_gb(pid: int) -> float:
-    """Resident memory of process ``pid`` and its descendants, in GB."""
+    """Memory of process ``pid`` and its descendants, in GB: the sum of their
+    proportional set sizes, so pages a forked worker shares with its parent count once
+    (summed resident sizes counted a fork of a 10 GB parent as 20 GB)."""
     import psutil
 
     try:
@@ -144,10 +147,25 @@ def _group_rss_gb(pid: int) -> float:
     total = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
+            total += _pss_bytes(p.pid)
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             continue
     return total / 1e9
+
+
+def _pss_bytes(pid: int) -> int:
+    """Process ``pid``'s proportional set size (Linux's ``smaps_rollup``), or its
+    resident size where the kernel gives no rollup."""
+    import psutil
+
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except PermissionError:
+        pass
+    return int(psutil.Process(pid).memory_info().rss)
 
 
 def run_child(
