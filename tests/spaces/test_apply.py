@@ -93,16 +93,17 @@ def test_pruning_leaves_no_copy_of_the_weights_alive(mlp) -> None:
     # saved tensors: left to the collector, each pruned copy keeps the weights as they
     # were alive (a large model's discovery held six copies at once).
     x = torch.randn(1, 64)
-    unpruned = tuple(mlp[1].weight.shape)
+    unpruned = mlp[1].weight.shape
+
+    def unpruned_tensors() -> list[torch.Tensor]:
+        return [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.shape == unpruned]
+
     gc.collect()
     gc.disable()
     try:
+        before = {id(t) for t in unpruned_tensors()}  # the model's own, and other tests'
         small = apply_plan(mlp, CompressionPlan(prune={"1": 0.5}), x)
-        alive = [
-            o
-            for o in gc.get_objects()
-            if isinstance(o, torch.Tensor) and tuple(o.shape) == unpruned and o is not mlp[1].weight
-        ]
+        alive = [t for t in unpruned_tensors() if id(t) not in before]
     finally:
         gc.enable()
     assert small[1].out_features == 24
