@@ -95,6 +95,29 @@ def build_graph(model: nn.Module, example_inputs: Any) -> Graph | None:
     )
 
 
+def release(graph: Graph) -> None:
+    """Let go of the forward ``build_graph`` traced. Torch-Pruning's nodes point at one
+    another (a web of cycles the collector frees only on its own schedule) and each holds
+    its autograd node, which holds the tensors the forward saved: the weights as they were
+    before pruning. Cutting those links frees the weights at once; a full ``gc.collect``
+    did the same at 0.24 s a call in a process with the search's imports (2.6x
+    ``apply_plan``'s time on MobileNetV2)."""
+    dg = graph.dg
+    if dg is None:
+        return
+    for node in dg.module2node.values():
+        node.grad_fn = None
+        for attr in ("grad_fn", "_grad_fn"):  # Torch-Pruning's op stand-ins keep theirs
+            if attr in vars(node.module):
+                setattr(node.module, attr, None)
+        node.inputs.clear()
+        node.outputs.clear()
+        node.dependencies.clear()
+    dg.module2node.clear()
+    dg._param_to_name.clear()
+    graph.failed_nodes.clear()
+
+
 def _largest_flatten(dg: Any) -> int:
     strides = [
         int(mapping._stride)

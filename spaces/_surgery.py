@@ -3,7 +3,6 @@ swapping activations."""
 
 from __future__ import annotations
 
-import gc
 import math
 from typing import Any
 
@@ -52,24 +51,6 @@ def prune_model(model: nn.Module, plan: CompressionPlan, example_inputs: Any) ->
     check_names(
         "prune", ratios, [n for n, m in modules.items() if isinstance(m, _graph.ROOT_TYPES)]
     )
-    try:
-        _prune(model, ratios, modules, plan, example_inputs)
-    finally:
-        # Torch-Pruning's dependency graph is a web of cycles that holds the traced
-        # forward's saved tensors, a copy of the weights as they were: left to the
-        # collector's schedule, each pruned copy of a model keeps one alive (ViT-L's
-        # discovery probes held six at once, 8.5 GB).
-        gc.collect()
-    model.zero_grad(set_to_none=True)
-
-
-def _prune(
-    model: nn.Module,
-    ratios: dict[str, float],
-    modules: dict[str, nn.Module],
-    plan: CompressionPlan,
-    example_inputs: Any,
-) -> None:
     with eval_mode(model):
         graph = _graph.build_graph(model, example_inputs)
         if graph is None or graph.dg is None:
@@ -77,37 +58,52 @@ def _prune(
                 f"Torch-Pruning cannot trace {type(model).__name__}: "
                 f"{graph.failure if graph else 'unknown'}"
             )
-        order = {name: i for i, name in enumerate(modules)}
-        for name in sorted(ratios, key=order.__getitem__):
-            module = modules[name]
-            try:
-                channels = _graph.output_channels(graph, module)
-                if channels is None:
-                    raise PlanError(f"prune: {name!r} has no output channels to prune")
+        try:
+            _prune(model, graph, ratios, modules, plan, example_inputs)
+        finally:
+            _graph.release(graph)  # no copy of the weights as they were stays alive
+    model.zero_grad(set_to_none=True)
+
+
+def _prune(
+    model: nn.Module,
+    graph: _graph.Graph,
+    ratios: dict[str, float],
+    modules: dict[str, nn.Module],
+    plan: CompressionPlan,
+    example_inputs: Any,
+) -> None:
+    order = {name: i for i, name in enumerate(modules)}
+    for name in sorted(ratios, key=order.__getitem__):
+        module = modules[name]
+        try:
+            channels = _graph.output_channels(graph, module)
+            if channels is None:
+                raise PlanError(f"prune: {name!r} has no output channels to prune")
+            group = _graph.pruning_group(graph, module, list(range(channels)))
+            # Grouped convolutions shrink every channel group alike, so the kept
+            # count is a multiple of both round_to and the number of groups.
+            n_groups = _graph.channel_groups(graph, group)
+            step = math.lcm(plan.round_to, n_groups)
+            keep = kept_channels(channels, ratios[name], step)
+            if keep >= channels:
+                continue
+            if plan.importance == "taylor":
+                _taylor_gradients(model, example_inputs)
                 group = _graph.pruning_group(graph, module, list(range(channels)))
-                # Grouped convolutions shrink every channel group alike, so the kept
-                # count is a multiple of both round_to and the number of groups.
-                n_groups = _graph.channel_groups(graph, group)
-                step = math.lcm(plan.round_to, n_groups)
-                keep = kept_channels(channels, ratios[name], step)
-                if keep >= channels:
-                    continue
-                if plan.importance == "taylor":
-                    _taylor_gradients(model, example_inputs)
-                    group = _graph.pruning_group(graph, module, list(range(channels)))
-                scores = _graph.group_importance(graph, group, plan.importance)
-                per_group = channels // n_groups
-                ranked = torch.argsort(scores.view(n_groups, per_group).mean(dim=0))
-                drop_local = ranked[: per_group - keep // n_groups].tolist()
-                drop = sorted(i + g * per_group for g in range(n_groups) for i in drop_local)
-                _graph.pruning_group(graph, module, drop).prune()
-            except PlanError:
-                raise
-            except Exception as err:
-                raise ApplyError(
-                    f"pruning group {name!r} of {type(model).__name__} failed: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
+            scores = _graph.group_importance(graph, group, plan.importance)
+            per_group = channels // n_groups
+            ranked = torch.argsort(scores.view(n_groups, per_group).mean(dim=0))
+            drop_local = ranked[: per_group - keep // n_groups].tolist()
+            drop = sorted(i + g * per_group for g in range(n_groups) for i in drop_local)
+            _graph.pruning_group(graph, module, drop).prune()
+        except PlanError:
+            raise
+        except Exception as err:
+            raise ApplyError(
+                f"pruning group {name!r} of {type(model).__name__} failed: "
+                f"{type(err).__name__}: {err}"
+            ) from err
 
 
 def _taylor_gradients(model: nn.Module, example_inputs: Any) -> None:
