@@ -118,6 +118,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="frontier-cache-") as fresh:
         cache = args.cache or Path(fresh)
         result = run(args.config.resolve(), args.pythonpath.resolve(), cache, args.set)
+    if result["first_trial_s"] is None:  # ``run`` printed what the search said last
+        sys.exit(f"the search ended before its first trial; {args.json} is left as it was")
     result["cache"] = "given" if args.cache else "fresh (the baseline trained in the run)"
     results = json.loads(args.json.read_text()) if args.json.exists() else {}
     results[args.label or args.config.stem] = result
