@@ -239,6 +239,14 @@ def run_table(name: str, samples: int, table_no: int) -> dict[str, Any]:
                 ]
                 # speed-ups are stated against the uncompressed model as the table measured it
                 bases[key] = lm.predict(model, base_plan).latency_ms
+        # the same calibration, anchored on the measured uncompressed model
+        # (``OwnCalibration.anchor_factor``): paired with "chain" on one table and loop
+        lm = LatencyModel(table, anchor=True)
+        lm.bind(model, x, space)
+        predictors["chain, anchored"] = [
+            lm.predict(model, p, as_measured=False).latency_ms for _, p in plans
+        ]
+        bases["chain, anchored"] = lm.predict(model, base_plan).latency_ms
         with without_flexible():
             lm = LatencyModel(table)
             lm.bind(model, x, space)
@@ -280,6 +288,8 @@ def run_table(name: str, samples: int, table_no: int) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "table_s": round(table_s, 1),
         "calibration": chosen,
+        # the uncompressed model as the table measured it (each speed-up's numerator)
+        "table_base_ms": round(bases["chain"], 5),
         "calibration_before": before,
         "cv_mape": cv,
         "ceiling": summary(

@@ -1038,6 +1038,7 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
             "chain, uniform plans",
             "chain, before",
             "chain",
+            "chain, anchored",
             "isolated",
             "isolated sum",
             "chain sum",

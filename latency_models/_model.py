@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +79,13 @@ class OwnCalibration:
     pricer: OpPricer
     calibrate: bool = True
     correct: bool = True
+    #: carry the calibration's miss on the measured uncompressed model to each plan in
+    #: the share of its time its ops share with it (``anchor_factor``)
+    anchor: bool = False
     #: the calibration ``choose`` picked; None before
     choice: Choice | None = None
+    #: by space: the uncompressed model's op keys and log(measured / calibrated)
+    _anchors: dict[str, tuple[Counter[str], float] | None] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -91,6 +97,52 @@ class OwnCalibration:
         self.choice = choose(
             self.pricer, samples, min_models=MIN_CALIBRATION_MODELS, correct=self.correct
         )
+        self._anchors.clear()
+
+    def anchor_factor(self, specs: list[OpSpec]) -> float:
+        """How much the anchor scales the calibrated prediction of a model that runs
+        ``specs``: (measured / calibrated uncompressed model) ** share, ``share`` being
+        the part of the model's op time (isolated prices) in ops the uncompressed model
+        runs too. 1 for the uncompressed model's exact miss at its own plan, nothing for
+        a plan that changed every op. The uncompressed model is timed in every chunk of
+        its table (the median of tens of visits), each calibration model once."""
+        state = self._anchor_state()
+        if state is None:
+            return 1.0
+        keys, log_miss = state
+        left = Counter(keys)
+        prices = [self.pricer.isolated_ms(s) for s in specs]
+        shared = 0.0
+        for spec, ms in zip(specs, prices, strict=True):
+            if left[spec.key] > 0:
+                left[spec.key] -= 1
+                shared += ms
+        total = sum(prices)
+        return math.exp(log_miss * shared / total) if total > 0 else 1.0
+
+    def _anchor_state(self) -> tuple[Counter[str], float] | None:
+        space = self.pricer.space
+        if space in self._anchors:
+            return self._anchors[space]
+        table = self.pricer.table
+        bases = [
+            r
+            for r in table.rows
+            if r.kind == "baseline"
+            and r.status == "ok"
+            and (not space or bundle_of(r.key) == space)
+        ]
+        state = None
+        if len(bases) == 1 and self.choice is not None:
+            keys = table.models.get(bases[0].key, {}).get("op_keys", [])
+            specs = [self.pricer.spec_of(k) for k in keys]
+            if keys and all(s is not None for s in specs):
+                known = [s for s in specs if s is not None]
+                calibrated = self.choice.predictor.predict(self.pricer, known)
+                if calibrated > 0 and bases[0].median_ms > 0:
+                    state = (Counter(keys), math.log(bases[0].median_ms / calibrated))
+        self._anchors[space] = state
+        return state
 
     def summary(self, warnings: list[str]) -> dict[str, Any]:
         """The calibration in use, for ``quality``; too few usable models is a warning."""
@@ -124,6 +176,8 @@ class OwnCalibration:
             # op adds what it costs elsewhere (plus transfers) over its price here, a
             # sparse op what its sparse-kernel row costs over its dense twin.
             latency = self.choice.predictor.predict(pricer, native)
+            if self.anchor:
+                latency *= self.anchor_factor(native)
             latency += sum(
                 c.latency_ms - pricer.isolated_ms(n)
                 for s, n, c in zip(specs, native, costs, strict=True)
@@ -221,6 +275,8 @@ class LatencyModel:
             cross-validation says it helps).
         gap_glue: let the ``context`` calibration learn the glue of each gap between
             ops from the profiles (off only to compare).
+        anchor: scale each calibrated prediction toward the measured uncompressed model
+            by the share of ops the plan keeps from it (``OwnCalibration.anchor_factor``).
         spec_cache: op specs by table key, shared with the models one prices through
             (``OpPricer``).
     """
@@ -230,6 +286,7 @@ class LatencyModel:
     calibrate: bool = True
     correct: bool = True
     gap_glue: bool = True
+    anchor: bool = False
     spec_cache: dict[str, OpSpec] = field(default_factory=dict, repr=False)
     pricer: OpPricer = field(init=False, repr=False)
     whole: OwnCalibration | FewShot = field(init=False, repr=False)
@@ -237,8 +294,10 @@ class LatencyModel:
 
     def __post_init__(self) -> None:
         self.pricer = OpPricer(self.table, self.offload, self.spec_cache, self.gap_glue)
-        kind = FewShot if self.table.base is not None else OwnCalibration
-        self.whole = kind(self.pricer, self.calibrate, self.correct)
+        if self.table.base is not None:
+            self.whole = FewShot(self.pricer, self.calibrate, self.correct)
+        else:
+            self.whole = OwnCalibration(self.pricer, self.calibrate, self.correct, self.anchor)
 
     # -- binding models ---------------------------------------------------------------
     def bind(self, model: Any, example_inputs: Any, space: SearchSpace) -> None:
