@@ -1020,9 +1020,11 @@ def residuals_section(results: dict[str, Any]) -> list[str]:
         "the one it chose. The 2026-12-01 tables were calibrated on spread plans (each "
         "drawing its own INT8 share and prune mix; tried that day and left out); 'chain, "
         "uniform plans' (#3) is a second fresh table of the same hour calibrated on "
-        "uniform plans in their place. resnet18 #4-#6 (2026-12-06) are fresh tables of "
+        "uniform plans in their place. resnet18 #4-#9 (2026-12-06) are fresh tables of "
         "the code since then (uniform plans, 60 calibration models each) on a machine that "
-        "drifted: judge their ms by the ceiling column, their speed-ups by theirs. "
+        "drifted: judge their ms by the ceiling column, their speed-ups by theirs; 'chain, "
+        "anchored' (#7-#9) is the chosen calibration anchored on the table's measured "
+        "uncompressed model (`LatencyModel(anchor=True)`, off by default). "
         "Errors by group and per unit are of "
         "speed-ups over the uncompressed model (a change of the machine's speed moves no "
         "speed-up).",
