@@ -124,23 +124,16 @@ class OwnCalibration:
         space = self.pricer.space
         if space in self._anchors:
             return self._anchors[space]
-        table = self.pricer.table
-        bases = [
-            r
-            for r in table.rows
-            if r.kind == "baseline"
-            and r.status == "ok"
-            and (not space or bundle_of(r.key) == space)
-        ]
+        found = self.pricer.space_baseline()
         state = None
-        if len(bases) == 1 and self.choice is not None:
-            keys = table.models.get(bases[0].key, {}).get("op_keys", [])
+        if found is not None and found[0] and self.choice is not None:
+            keys, row = found
             specs = [self.pricer.spec_of(k) for k in keys]
-            if keys and all(s is not None for s in specs):
-                known = [s for s in specs if s is not None]
+            known = [s for s in specs if s is not None]
+            if len(known) == len(specs):
                 calibrated = self.choice.predictor.predict(self.pricer, known)
-                if calibrated > 0 and bases[0].median_ms > 0:
-                    state = (Counter(keys), math.log(bases[0].median_ms / calibrated))
+                if calibrated > 0 and row.median_ms > 0:
+                    state = (Counter(keys), math.log(row.median_ms / calibrated))
         self._anchors[space] = state
         return state
 

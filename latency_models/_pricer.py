@@ -21,7 +21,7 @@ import numpy as np
 from ._calibration import Sample, nnls
 from ._estimate import OpCost
 from ._ops import OpSpec
-from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row, baseline_key
+from ._table import MIN_CALIBRATION_MODELS, DeviceTable, Row, baseline_key, bundle_of
 
 DEFAULT_TRANSFER_GBPS = 1.0
 #: Ops a runtime runs in whatever layout their input comes in (ONNX Runtime carries an
@@ -345,13 +345,27 @@ class OpPricer:
         """The table's measured uncompressed model that runs exactly ``specs``, if any:
         every row is stated against it (``_table.against_baseline``), so it is priced
         as measured, not predicted."""
+        return self._baseline_rows().get(tuple(s.key for s in specs))
+
+    def space_baseline(self) -> tuple[tuple[str, ...], Row] | None:
+        """The op keys and row of the measured uncompressed model of the space priced
+        (``space``; the table's only one where none is set), or None."""
+        found = [
+            (keys, r)
+            for keys, r in self._baseline_rows().items()
+            if not self.space or bundle_of(r.key) == self.space
+        ]
+        return found[0] if len(found) == 1 else None
+
+    def _baseline_rows(self) -> dict[tuple[str, ...], Row]:
+        """The table's measured uncompressed models by their op keys."""
         if self._baselines is None:  # built once: a search prices every plan through it
             self._baselines = {
                 tuple(self.table.models.get(r.key, {}).get("op_keys", ())): r
                 for r in self.table.rows
                 if r.kind == "baseline" and r.status == "ok"
             }
-        return self._baselines.get(tuple(s.key for s in specs))
+        return self._baselines
 
     def energy(self, costs: list[OpCost], latency_ms: float) -> float | None:
         """Energy per inference: the ops' measured energy where every op has one, else
