@@ -31,6 +31,8 @@ WEIGHT_INPUTS = {
 }
 #: Initializers smaller than this many elements stay in the model (cheap, and exact).
 STRIP_MIN_ELEMENTS = 256
+#: Where a stripped initializer's data is said to be: nowhere, the runner draws it.
+SEEDED = "frontier-seeded-weights"
 #: onnx.TensorProto data types stripped, as ``runner.seeded_weights`` draws them
 _STRIPPED_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 10: "float16"}
 
@@ -56,19 +58,26 @@ def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:
     layout: list[list[Any]] = []
     for tensor in proto.graph.initializer:
         dtype = _STRIPPED_DTYPES.get(tensor.data_type)
-        if (
-            tensor.name not in weight_names
-            or dtype is None
-            or tensor.data_location == onnx.TensorProto.EXTERNAL
-            or int(np.prod(tensor.dims)) < STRIP_MIN_ELEMENTS
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL
+        # a model too large for one message holds its weights by reference to a file
+        # beside it (``spaces.save_onnx``): those are seeded too, weights or not
+        by_reference = external and not any(e.value == SEEDED for e in tensor.external_data)
+        if dtype is None or (
+            not by_reference
+            and (
+                tensor.name not in weight_names
+                or external
+                or int(np.prod(tensor.dims)) < STRIP_MIN_ELEMENTS
+            )
         ):
             continue
         layout.append([tensor.name, dtype, [int(d) for d in tensor.dims]])
         for data_field in ("raw_data", "float_data", "int32_data"):
             tensor.ClearField(data_field)
         tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
         entry = tensor.external_data.add()
-        entry.key, entry.value = "location", "frontier-seeded-weights"
+        entry.key, entry.value = "location", SEEDED
     return bytes(proto.SerializeToString()), layout
 
 

@@ -235,15 +235,16 @@ def shape_mismatches(templates: Templates) -> list[str]:
 
 
 def _exported(model: Any, example_inputs: Any, batch_size: int = 1) -> Any:
-    import onnx
     from onnx import shape_inference
 
-    from frontier.spaces import CompressionPlan, export_onnx
+    from frontier.spaces import CompressionPlan, export_onnx, load_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         export_onnx(model, CompressionPlan(), example_inputs, path)
-        proto = onnx.load(str(path))
+        # the graph and shapes are what is read: a model too large for one message
+        # (weights over 2 GB) keeps its weights as references to its data file
+        proto = load_onnx(path, weights=False)
         # the dynamic batch made concrete, so every shape follows it (a shape computed
         # from it, as ShuffleNet's channel shuffle is, is known only then)
         _fix_batch(proto.graph, batch_size)
@@ -261,6 +262,7 @@ def _run_for_shapes(proto: Any) -> None:
     import numpy as np
     import onnx
 
+    from ._op_models import strip_weights
     from .runner import open_session, session_options
 
     graph = proto.graph
@@ -281,7 +283,12 @@ def _run_for_shapes(proto: Any) -> None:
     probe.CopyFrom(proto)
     del probe.graph.output[:]
     probe.graph.output.extend(unknown)
-    run, _ = open_session(probe.SerializeToString(), session_options(1))
+    data, layout = probe.SerializeToString(), None
+    if any(i.data_location == onnx.TensorProto.EXTERNAL for i in probe.graph.initializer):
+        # weights held by reference (a model too large for one message): shapes do not
+        # depend on their values, so they are drawn from a seed
+        data, layout = strip_weights(data)
+    run, _ = open_session(data, session_options(1), weights=layout)
     for vi, value in zip(unknown, run(), strict=True):
         shape = vi.type.tensor_type.shape
         if not vi.type.tensor_type.HasField("shape"):

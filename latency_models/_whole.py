@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from frontier.spaces import apply_plan, export_onnx
+from frontier.spaces import apply_plan, export_onnx, model_bytes
 
 #: a bundle's whole models calibrate their INT8 activation ranges on this many samples:
 #: they are timed, not scored, and ranges move no latency (nor which layers run INT8)
@@ -43,6 +43,12 @@ def _head(batch: Any, n: int) -> Any:
 
 #: at most this many processes build a bundle's whole models at once
 BUILD_WORKERS = 8
+#: what building one whole model takes over the memory its process held before, in
+#: multiples of the model's weights (pruning's copy, the export's trace,
+#: the ONNX model and its INT8 calibration): regnet_y_128gf's 2.55 GB of weights took
+#: 2.9x and 3.9x for two seeded plans (2026-12-06), and two forked builders of it went
+#: past 20 GB of this machine's 24
+BUILD_MEMORY_PER_WEIGHT = 4.0
 _BUILDING: tuple[Any, ...] = ()  # (model, example, calibration, half, qdq) for the workers
 
 
@@ -62,7 +68,7 @@ def build_whole(
     global _BUILDING
     import multiprocessing
 
-    workers = min(os.cpu_count() or 1, BUILD_WORKERS, len(plans))
+    workers = min(os.cpu_count() or 1, BUILD_WORKERS, len(plans), _fit_in_memory(model))
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for plan in plans:
             yield whole_model_bytes(
@@ -75,6 +81,20 @@ def build_whole(
             yield from pool.imap(_build_one, plans)
     finally:
         _BUILDING = ()
+
+
+def _fit_in_memory(model: nn.Module) -> int:
+    """How many builders of ``model``'s whole models fit the memory this machine has
+    free (``MemAvailable``), at ``BUILD_MEMORY_PER_WEIGHT`` each; at least one (then the
+    build runs here), and no limit where the system does not say."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    need = BUILD_MEMORY_PER_WEIGHT * weights
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return BUILD_WORKERS
+    return max(1, int(kib * 1024 // max(need, 1)))
 
 
 def _one_thread() -> None:
@@ -110,4 +130,5 @@ def whole_model_bytes(
             half=half,
             qdq=qdq,
         )
-        return path.read_bytes()
+        # a model too large for one message: its weights as references (``put`` seeds them)
+        return model_bytes(path)

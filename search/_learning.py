@@ -164,13 +164,13 @@ def front_entries(
     import tempfile
 
     from frontier.latency_models import plan_entry
-    from frontier.spaces import CompressionPlan, export_onnx
+    from frontier.spaces import CompressionPlan, export_onnx, model_bytes
 
     teacher, example, templates = _space_of(config)
     with tempfile.TemporaryDirectory(prefix="frontier-front-") as tmp:
         path = Path(tmp) / "baseline.onnx"
         export_onnx(teacher.eval(), CompressionPlan(), example, path)
-        data = path.read_bytes()
+        data = model_bytes(path)
     baseline = plan_entry(templates, CompressionPlan(), math.nan)
     return _entries(templates, plans), (data, baseline)
 

@@ -19,6 +19,7 @@ from ._forward import (
     recalibrate_bn,
     to_device,
 )
+from ._onnx_files import load_onnx, model_bytes, save_onnx
 from ._onnx_int8 import int8_op_types, onnx_module_name, quantize_onnx_int8
 from ._param_shapes import ParamShapes
 from ._plan import (
@@ -149,6 +150,8 @@ __all__ = [
     "keep_ffn",
     "keep_heads",
     "kept_channels",
+    "load_onnx",
+    "model_bytes",
     "model_cost",
     "model_device",
     "onnx_module_name",
@@ -159,6 +162,7 @@ __all__ = [
     "recalibrate_bn",
     "register_student",
     "register_technique",
+    "save_onnx",
     "shape_of",
     "student_families",
     "student_shape",

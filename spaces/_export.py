@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ._forward import SpaceError, eval_mode
+from ._onnx_files import open_onnx, save_onnx
 from ._onnx_int8 import WEIGHTED_OPS, fp32_nodes, onnx_module_name, quantize_onnx_int8
 from ._plan import CompressionPlan
 from ._quant import strip
@@ -361,10 +362,10 @@ def _quantize_int8(
     calibration_data: Iterable[Any] | None,
     qdq: bool = False,
 ) -> None:
-    import onnx
 
-    proto = _inline_identity_initializers(onnx.load(str(fp32_path)))
-    onnx.save(proto, str(fp32_path))
+    proto, stale = open_onnx(fp32_path)
+    proto = _inline_identity_initializers(proto)
+    save_onnx(proto, fp32_path, replaces=stale)
     wanted = set(int8_layers)
     exclude = fp32_nodes(proto, wanted)
     missing = wanted - {onnx_module_name(n.name) for n in proto.graph.node}
@@ -412,9 +413,8 @@ def _finish(
     """The exported file at ``path`` with its 16-bit layers in FP16 where ``half`` and
     the plan's precision recorded in its metadata (``quantized``: the plan's bits per
     layer; ``too_low``: some are below 8, so the file is FP32); what it holds."""
-    import onnx
 
-    proto = onnx.load(str(path))
+    proto, stale = open_onnx(path)
     layer_names = sorted(
         {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in WEIGHTED_OPS}
     )
@@ -436,7 +436,7 @@ def _finish(
     }
     for key, value in meta.items():
         proto.metadata_props.add(key=key, value=value)
-    onnx.save(proto, str(path))
+    save_onnx(proto, path, replaces=stale)
     return ExportResult(
         path=path,
         precision=precision,

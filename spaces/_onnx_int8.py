@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ._onnx_files import data_file, load_onnx, open_onnx, save_onnx
+
 #: Node types whose weights ``onnxruntime.quantization`` quantizes per channel.
 WEIGHTED_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 
@@ -113,7 +115,6 @@ def quantize_onnx_int8(
         exclude: node names to keep in FP32.
         qdq: write QDQ format (OpenVINO's) instead of QOperator (ONNX Runtime's).
     """
-    import onnx
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader
 
@@ -131,7 +132,10 @@ def quantize_onnx_int8(
         _quantize_static(src, dst, Reader(), exclude, qdq)
     finally:
         onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
-    onnx.save(keep_fp32_layers_fp32(onnx.load(str(dst)), onnx.load(str(src))), str(dst))
+    quantized, stale = open_onnx(dst)
+    # the FP32 model for its shapes only: its weights may be too large for one message
+    fp32 = load_onnx(src, weights=False)
+    save_onnx(keep_fp32_layers_fp32(quantized, fp32), dst, replaces=stale)
 
 
 def _quantize_static(src: Any, dst: Any, reader: Any, exclude: Sequence[str], qdq: bool) -> None:
@@ -148,6 +152,9 @@ def _quantize_static(src: Any, dst: Any, reader: Any, exclude: Sequence[str], qd
         weight_type=QuantType.QInt8,
         activation_type=QuantType.QUInt8,
         nodes_to_exclude=list(exclude),
+        # a model too large for one message keeps its weights beside it as it is
+        # quantized (its calibration copy is as large)
+        use_external_data_format=data_file(src).exists(),
     )
 
 

@@ -100,3 +100,33 @@ def test_the_estimate_is_the_time_the_runner_spends(mlp_setup) -> None:
     profile_nodes(data, feeds, 1, "CPUExecutionProvider")
     took = time.perf_counter() - start
     assert took / 3 < estimate < took * 3
+
+
+def test_whole_models_too_large_for_two_builders_are_built_one_at_a_time(
+    mlp_setup, monkeypatch
+) -> None:
+    """Each builder of a bundle's whole models takes a few times its model's weights
+    (regnet_y_128gf: two forked builders went past 20 GB): where two do not fit the
+    memory free, the models are built one at a time, in this process."""
+    import os
+
+    from frontier.latency_models import _whole
+
+    _, model, x, space = mlp_setup
+    plans = [space.sample(s) for s in (1, 2, 3)]
+    built_in: list[int] = []
+    real = _whole.whole_model_bytes
+
+    def spy(*args, **kwargs):  # the real build; where it ran is recorded here only
+        built_in.append(os.getpid())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_whole, "whole_model_bytes", spy)
+    monkeypatch.setattr(_whole, "BUILD_MEMORY_PER_WEIGHT", 1e15)
+    alone = list(_whole.build_whole(model, plans, x, None))
+    assert built_in == [os.getpid()] * 3
+    if (os.cpu_count() or 1) >= 2:
+        monkeypatch.setattr(_whole, "BUILD_MEMORY_PER_WEIGHT", 4.0)
+        built_in.clear()
+        assert list(_whole.build_whole(model, plans, x, None)) == alone
+        assert built_in == []  # built by forked workers, as a small model's are

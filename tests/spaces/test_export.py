@@ -321,3 +321,68 @@ def test_a_pool_its_input_does_not_divide_exports_and_runs_as_in_pytorch(tmp_pat
         expected = model(x).numpy()
     np.testing.assert_allclose(out, expected, atol=1e-5)
     assert torch.nn.functional.adaptive_avg_pool2d is pytorch_pool
+
+
+def test_a_model_too_large_for_one_message_keeps_its_weights_beside_it(
+    monkeypatch, tmp_path
+) -> None:
+    """Protobuf cannot serialise 2 GiB: a model whose weights come near that (a 2.6 GB
+    regnet_y_128gf failed with "EncodeError: Failed to serialize proto") is written as
+    its graph and one data file beside it, FP32 and INT8 alike, and runs as the one-file
+    export does. The limit is lowered here so that a small model crosses it."""
+    from frontier.spaces import _onnx_files, load_onnx, model_bytes
+
+    task = DigitsTask(model="cnn")
+    model, example = task.baseline(), task.example_inputs()
+    names = [q.name for q in discover(model, example).layers]
+    int8 = CompressionPlan(weight_bits=dict.fromkeys(names, 8), act_bits=dict.fromkeys(names, 8))
+    x = task.splits()["test"][0][:64].numpy()
+    for plan in (CompressionPlan(), int8):
+        calib = task.calibration_batches()
+        one = export_onnx(model, plan, example, tmp_path / "one" / "m.onnx", calib)
+        with monkeypatch.context() as m:
+            m.setattr(_onnx_files, "INLINE_LIMIT_BYTES", 1024)
+            split = export_onnx(model, plan, example, tmp_path / "split" / "m.onnx", calib)
+            # written twice to one place: nothing of the first is left beside it
+            split = export_onnx(model, plan, example, tmp_path / "split" / "m.onnx", calib)
+        assert split.precision == one.precision == plan_precision(plan)
+        assert sorted(p.name for p in (tmp_path / "split").iterdir()) == ["m.onnx", "m.onnx.data"]
+        assert split.path.stat().st_size < one.path.stat().st_size / 4
+        run = {}
+        for name, path in (("one", one.path), ("split", split.path)):
+            sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            run[name] = sess.run(None, {"input": x})[0]
+        np.testing.assert_allclose(run["split"], run["one"], rtol=1e-5, atol=1e-5)
+        # its graph read without its weights: every initializer a reference, none lost
+        refs = onnx.load_from_string(model_bytes(split.path))
+        assert len(refs.graph.initializer) == len(load_onnx(one.path).graph.initializer)
+        assert any(i.data_location == onnx.TensorProto.EXTERNAL for i in refs.graph.initializer)
+
+
+def plan_precision(plan: CompressionPlan) -> str:
+    return "int8" if plan.weight_bits else "fp32"
+
+
+def test_a_model_written_tensor_by_tensor_is_written_again_as_one(tmp_path) -> None:
+    """PyTorch's exporter writes a model over 2 GB as one file per tensor beside it:
+    Frontier's export reads them in and leaves one file (or one data file) behind."""
+    from frontier.spaces._onnx_files import open_onnx, save_onnx
+
+    task = DigitsTask(model="cnn")
+    export_onnx(task.baseline(), CompressionPlan(), task.example_inputs(), tmp_path / "a.onnx")
+    proto = onnx.load(str(tmp_path / "a.onnx"))
+    folder = tmp_path / "torch"
+    folder.mkdir()
+    onnx.save_model(proto, str(folder / "m.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=False, size_threshold=0)  # fmt: skip
+    assert len(list(folder.iterdir())) > 3
+    loaded, stale = open_onnx(folder / "m.onnx")
+    assert len(stale) == len(list(folder.iterdir())) - 1
+    save_onnx(loaded, folder / "m.onnx", replaces=stale)
+    assert [p.name for p in folder.iterdir()] == ["m.onnx"]
+    x = task.splits()["test"][0][:8].numpy()
+    outs = [
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+        for p in (tmp_path / "a.onnx", folder / "m.onnx")
+    ]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
