@@ -24,6 +24,7 @@ import argparse
 import csv
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import random
@@ -976,7 +977,7 @@ def measure_bundle(
     manifest_path(out).write_text(json.dumps(manifest))
     reference = _reference(manifest, kinds)
     kinds = (*kinds, "baseline") if reference is not None else kinds
-    chunks, todo = _chunks(out, [m for m in manifest["models"] if m["kind"] in kinds])
+    chunks, todo = _chunks(out, [m for m in manifest["models"] if m["kind"] in kinds], reference)
     header = COLUMNS
     if out.exists():
         with out.open(newline="") as f:
@@ -1221,10 +1222,58 @@ def _write_meta(out: Path, meta: dict[str, Any]) -> None:
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True))
 
 
+#: what a session of a bundle model holds, in multiples of its seeded weights: the
+#: drawn arrays (float64 on their way to float32) and ONNX Runtime's prepacked copy
+SESSION_MEMORY_PER_WEIGHT = 3.0
+_ITEM_BYTES = {"float32": 4, "float16": 2, "int8": 1, "uint8": 1}
+
+
+def _weight_bytes(entry: dict[str, Any] | None) -> int:
+    """The bytes of the weights a bundle model's session draws (``weights``)."""
+    if entry is None:
+        return 0
+    return sum(
+        math.prod(dims) * _ITEM_BYTES.get(dtype, 4) for _, dtype, dims in entry.get("weights", ())
+    )
+
+
+def _free_bytes() -> int | None:
+    """The memory this machine has free (Linux's ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return kib * 1024
+
+
+def _fit_memory(
+    chunk: list[dict[str, Any]], reference: dict[str, Any] | None, free: int | None
+) -> list[list[dict[str, Any]]]:
+    """``chunk`` cut, in order, into chunks whose sessions (the uncompressed model's
+    among them) fit four fifths of ``free`` bytes at ``SESSION_MEMORY_PER_WEIGHT``: a
+    chunk's models are all open at once, and four whole vit_h_14 models (2.5 GB of
+    weights each) went past this machine's 24 GB. One model a chunk at least."""
+    if free is None:
+        return [chunk]
+    room = 0.8 * free / SESSION_MEMORY_PER_WEIGHT - _weight_bytes(reference)
+    out: list[list[dict[str, Any]]] = [[]]
+    held = 0
+    for entry in chunk:
+        size = _weight_bytes(entry)
+        if out[-1] and held + size > room:
+            out.append([])
+            held = 0
+        out[-1].append(entry)
+        held += size
+    return out
+
+
 def _chunks(
-    out: Path, wanted: list[dict[str, Any]]
+    out: Path, wanted: list[dict[str, Any]], reference: dict[str, Any] | None = None
 ) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
-    """The chunks to time of ``wanted`` (those ``out`` does not hold yet), and those."""
+    """The chunks to time of ``wanted`` (those ``out`` does not hold yet), and those;
+    cut smaller where their sessions would not fit the memory free (``_fit_memory``)."""
     done = _done_ids(out)
     todo = [m for m in wanted if m["id"] not in done]
     if len(todo) < len(wanted):
@@ -1240,10 +1289,12 @@ def _chunks(
     whole = [m for m in todo if m["kind"] not in ("overhead", "op")]
     order.shuffle(ops)
     order.shuffle(whole)
+    free = _free_bytes()
     chunks = [
-        group[i : i + CHUNK_MODELS]
+        fitted
         for group in (ops, whole)
         for i in range(0, len(group), CHUNK_MODELS)
+        for fitted in _fit_memory(group[i : i + CHUNK_MODELS], reference, free)
     ]
     return chunks, todo
 
