@@ -12,7 +12,8 @@ count the rows that did not run and say why.
 Each model runs in a child process under ``--timeout-s`` and ``--max-rss-gb`` (the
 proportional set sizes of its processes summed; 16 GB of this machine's 24: swin_t
 reached 23 GB), so one model that hangs or runs out of memory is recorded as such and
-the others go on. Results are kept per model in
+the others go on. The four largest (regnet_y_128gf, vit_h_14, vit_l_16, vit_l_32) need
+17-22 GB: run them alone with ``--max-rss-gb 23``. Results are kept per model in
 ``benchmarks/report-logs/every-model.json``; a rerun skips the models already there
 (``--models NAME ...`` runs those again), so the list can be worked through over
 several runs. A model that does not take a 96x96 input (the ViTs' fixed patch grid) is tried at
