@@ -251,18 +251,18 @@ def _exported(model: Any, example_inputs: Any, batch_size: int = 1) -> Any:
         # data propagation: shapes computed in the graph (an attention block's reshapes
         # to heads) become known too
         inferred = shape_inference.infer_shapes(proto, data_prop=True)
-        _run_for_shapes(inferred)
+        _run_for_shapes(inferred, Path(tmp))
         return inferred
 
 
-def _run_for_shapes(proto: Any) -> None:
+def _run_for_shapes(proto: Any, folder: Path) -> None:
     """Fill in the shapes static inference left unknown (ShuffleNet's channel shuffle
     divides a channel count in the graph, which ONNX's data propagation does not) by
-    running the graph once in ONNX Runtime on seeded inputs of its (concrete) shapes."""
+    running the graph once in ONNX Runtime on seeded inputs of its (concrete) shapes.
+    ``folder``: where the export keeps its weights, if it keeps them beside it."""
     import numpy as np
     import onnx
 
-    from ._op_models import strip_weights
     from .runner import open_session, session_options
 
     graph = proto.graph
@@ -283,12 +283,15 @@ def _run_for_shapes(proto: Any) -> None:
     probe.CopyFrom(proto)
     del probe.graph.output[:]
     probe.graph.output.extend(unknown)
-    data, layout = probe.SerializeToString(), None
+    data = probe.SerializeToString()
+    source: bytes | str = data
     if any(i.data_location == onnx.TensorProto.EXTERNAL for i in probe.graph.initializer):
-        # weights held by reference (a model too large for one message): shapes do not
-        # depend on their values, so they are drawn from a seed
-        data, layout = strip_weights(data)
-    run, _ = open_session(data, session_options(1), weights=layout)
+        # weights held by reference to the data file in ``folder`` (a model too large
+        # for one message): the probe is run from beside it, where they are found
+        where = folder / "probe.onnx"
+        where.write_bytes(data)
+        source = str(where)
+    run, _ = open_session(source, session_options(1))
     for vi, value in zip(unknown, run(), strict=True):
         shape = vi.type.tensor_type.shape
         if not vi.type.tensor_type.HasField("shape"):

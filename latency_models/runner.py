@@ -365,16 +365,17 @@ def _fresh_options(options: Any) -> Any:
 
 
 def inference_session(
-    data: bytes,
+    data: bytes | str,
     options: Any,
     *,
     provider: str = "CPUExecutionProvider",
     weights: list[Any] | None = None,
     weights_seed: int = 0,
 ) -> Any:
-    """An ONNX Runtime session of the model ``data``; with ``weights`` (the layout of
-    the initializers a bundle left out), those are drawn from ``weights_seed`` and added
-    as external initializers, so they are constants to the runtime, as in the export."""
+    """An ONNX Runtime session of the model ``data`` (its bytes, or its path); with
+    ``weights`` (the layout of the initializers a bundle left out), those are drawn from
+    ``weights_seed`` and added as external initializers, so they are constants to the
+    runtime, as in the export."""
     import onnxruntime as ort
 
     if not weights:
@@ -389,7 +390,7 @@ def inference_session(
 
 
 def open_session(
-    data: bytes,
+    data: bytes | str,
     options: Any,
     *,
     provider: str = "CPUExecutionProvider",
@@ -1237,7 +1238,7 @@ def _weight_bytes(entry: dict[str, Any] | None) -> int:
     )
 
 
-def _free_bytes() -> int | None:
+def free_memory_bytes() -> int | None:
     """The memory this machine has free (Linux's ``MemAvailable``), or None."""
     try:
         with open("/proc/meminfo") as f:
@@ -1289,7 +1290,7 @@ def _chunks(
     whole = [m for m in todo if m["kind"] not in ("overhead", "op")]
     order.shuffle(ops)
     order.shuffle(whole)
-    free = _free_bytes()
+    free = free_memory_bytes()
     chunks = [
         fitted
         for group in (ops, whole)

@@ -19,8 +19,8 @@ PARTS = ("spaces", "search", "evaluators", "latency_models", "experiments")
 #: (``tier_line``), so the order it states is the order the code has.
 TIERS: dict[str, list[str]] = {
     "spaces": [
-        "_dims _forward _graph _onnx_int8 _param_shapes _registry",
-        "_plan _quant",
+        "_dims _forward _graph _onnx_files _param_shapes _registry",
+        "_onnx_int8 _plan _quant",
         "_cost _export _students _surgery",
         "_techniques _transformer",
         "_apply _embedding_quant _space _transformer_prune",

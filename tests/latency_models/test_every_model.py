@@ -130,31 +130,3 @@ def test_a_dense_blocks_ops_grow_with_its_layers_not_its_plans() -> None:
         counts[layers] = len(space_ops(model, x, space).ops)
         assert time.perf_counter() - start < 30
     assert counts[12] < 4 * counts[6], counts
-
-
-def test_a_model_whose_weights_sit_beside_its_graph_gets_its_table(monkeypatch, tmp_path) -> None:
-    """A model too large for one protobuf message (regnet_y_128gf, 2.6 GB) is exported
-    with its weights in a file beside it: its ops are enumerated from the graph alone
-    (a channel shuffle's shapes found by running it on seeded weights), and its bundle's
-    whole models, baseline included, seed those weights as they do any model's. The
-    limit is lowered here so that a small model crosses it."""
-    from frontier.spaces import _onnx_files
-
-    torch.manual_seed(0)
-    model = _shuffle().eval()
-    x = torch.randn(1, 3, 16, 16)
-    options = SpaceOptions(prune_ratios=(0.0, 0.5), weight_bits=(8, 32), act_bits=(8, 32))
-    space = discover(model, x, options)
-    one_file = {s.key for s in space_ops(model, x, space).ops}
-    monkeypatch.setattr(_onnx_files, "INLINE_LIMIT_BYTES", 1024)
-    found = space_ops(model, x, space)
-    assert {s.key for s in found.ops} == one_file
-    path = tmp_path / "ops.zip"
-    write_bundle(path, model=model, example_inputs=x, space=space, ops=found, calibration=0,
-                 validation=3, calibration_data=[x])  # fmt: skip
-    out = tmp_path / "t.csv"
-    measure_bundle(path, out, device="t", rounds=1, round_s=0.001, redo_budget_s=0)
-    rows = list(csv.DictReader(out.open()))
-    bad = [(r["kind"], r["op_type"], r["error"][:120]) for r in rows if r["status"] != "ok"]
-    assert not bad, bad
-    assert {r["kind"] for r in rows} >= {"baseline", "validation", "op"}

@@ -26,7 +26,7 @@ def test_a_chunk_is_cut_where_its_sessions_would_not_fit() -> None:
 
 def test_a_bundle_timed_a_model_at_a_time_has_every_row(bundle, tmp_path, monkeypatch) -> None:
     path, manifest = bundle
-    monkeypatch.setattr(runner, "_free_bytes", lambda: 1)
+    monkeypatch.setattr(runner, "free_memory_bytes", lambda: 1)
     out = tmp_path / "t.csv"
     kinds = ("validation",)
     measure_bundle(path, out, device="t", rounds=1, round_s=0.001, redo_budget_s=0, kinds=kinds)
