@@ -177,17 +177,19 @@ def _completed_count(journal: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("sig", "population", "kill_after"),
-    [(signal.SIGKILL, 10, 4), (signal.SIGINT, 4, 6)],
+    ("sig", "population", "kill_after", "steps"),
+    [(signal.SIGKILL, 10, 4, 150), (signal.SIGINT, 4, 6, 300)],
     ids=["sigkill-first-generation", "sigint-after-promotions"],
 )
 def test_resume_after_an_interruption_loses_nothing(
-    write_config, workdir: Path, capsys, sig: int, population: int, kill_after: int
+    write_config, workdir: Path, capsys, sig: int, population: int, kill_after: int, steps: int
 ) -> None:
     # SIGKILL inside the first generation (NSGA-II samples it at random from its seed);
-    # SIGINT after a generation has promoted trials and tagged a front
+    # SIGINT after a generation has promoted trials and tagged a front. Its trials train
+    # twice as long: at 150 steps the last six completed before a SIGINT sent at the
+    # sixth took effect, once in two full runs on a busy 2-core machine
     path = write_config(
-        objectives=[{"name": "accuracy", "options": {"steps": 150}}, "size_bytes"],
+        objectives=[{"name": "accuracy", "options": {"steps": steps}}, "size_bytes"],
         search={"anchors": False, "population": population},
     )
     journal = workdir / "frontier-optuna.journal"
