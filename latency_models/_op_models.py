@@ -58,18 +58,13 @@ def strip_weights(model_bytes: bytes) -> tuple[bytes, list[list[Any]]]:
     layout: list[list[Any]] = []
     for tensor in proto.graph.initializer:
         dtype = _STRIPPED_DTYPES.get(tensor.data_type)
-        external = tensor.data_location == onnx.TensorProto.EXTERNAL
-        # a model too large for one message holds its weights by reference to a file
-        # beside it (``spaces.save_onnx``): those are seeded too, weights or not
-        by_reference = external and not any(e.value == SEEDED for e in tensor.external_data)
-        if dtype is None or (
-            not by_reference
-            and (
-                tensor.name not in weight_names
-                or external
-                or int(np.prod(tensor.dims)) < STRIP_MIN_ELEMENTS
-            )
-        ):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            # seeded already, or held by reference to a file beside a model too large
+            # for one message (``spaces.save_onnx``): those are seeded too, weights or not
+            strip = not any(e.value == SEEDED for e in tensor.external_data)
+        else:
+            strip = tensor.name in weight_names and int(np.prod(tensor.dims)) >= STRIP_MIN_ELEMENTS
+        if dtype is None or not strip:
             continue
         layout.append([tensor.name, dtype, [int(d) for d in tensor.dims]])
         for data_field in ("raw_data", "float_data", "int32_data"):

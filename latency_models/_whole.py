@@ -87,15 +87,14 @@ def _fit_in_memory(model: nn.Module) -> int:
     """How many builders of ``model``'s whole models fit four fifths of the memory this
     machine has free (``MemAvailable``), at ``BUILD_MEMORY_PER_WEIGHT`` each; at least
     one (then the build runs here), and no limit where the system does not say."""
-    from .runner import free_memory_bytes
+    from .runner import MEMORY_SHARE, free_memory_bytes
 
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     need = BUILD_MEMORY_PER_WEIGHT * weights
     free = free_memory_bytes()
     if free is None:
         return BUILD_WORKERS
-    # a fifth of it left over: the builders' peaks are not all alike (2.9-3.9x above)
-    return max(1, int(0.8 * free // max(need, 1)))
+    return max(1, int(MEMORY_SHARE * free // max(need, 1)))
 
 
 def _one_thread() -> None:

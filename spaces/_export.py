@@ -362,7 +362,6 @@ def _quantize_int8(
     calibration_data: Iterable[Any] | None,
     qdq: bool = False,
 ) -> None:
-
     proto, stale = open_onnx(fp32_path)
     proto = _inline_identity_initializers(proto)
     save_onnx(proto, fp32_path, replaces=stale)
@@ -413,7 +412,6 @@ def _finish(
     """The exported file at ``path`` with its 16-bit layers in FP16 where ``half`` and
     the plan's precision recorded in its metadata (``quantized``: the plan's bits per
     layer; ``too_low``: some are below 8, so the file is FP32); what it holds."""
-
     proto, stale = open_onnx(path)
     layer_names = sorted(
         {onnx_module_name(n.name) for n in proto.graph.node if n.op_type in WEIGHTED_OPS}

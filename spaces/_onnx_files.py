@@ -23,9 +23,10 @@ EXTERNAL_MIN_BYTES = 1024
 
 
 def _external_locations(proto: Any) -> set[str]:
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+    """The files ``proto``'s initializers refer to for their data."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-    return {ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)}
+    return {ExternalDataInfo(t).location for t in proto.graph.initializer if uses_external_data(t)}
 
 
 def open_onnx(path: str | Path) -> tuple[Any, list[Path]]:
@@ -54,16 +55,14 @@ def load_onnx(path: str | Path, *, weights: bool = True) -> Any:
 
 def weights_bytes(proto: Any) -> int:
     """The bytes ``proto``'s initializers hold in the message."""
-    from onnx.external_data_helper import _get_all_tensors
-
-    return sum(len(t.raw_data) for t in _get_all_tensors(proto))
+    return sum(len(t.raw_data) for t in proto.graph.initializer)
 
 
 def save_onnx(proto: Any, path: str | Path, *, replaces: Sequence[Path] = ()) -> None:
     """Write ``proto`` (its weights loaded) to ``path``: one file, or with weights of
     ``INLINE_LIMIT_BYTES`` or more, the graph there and its weights in ``<name>.data``
     beside it. ``replaces``: weight files an earlier version of the model left beside
-    it (``external_files``), removed once it is written."""
+    it (``open_onnx``), removed once it is written."""
     import onnx
 
     if _external_locations(proto):

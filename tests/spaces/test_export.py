@@ -345,7 +345,7 @@ def test_a_model_too_large_for_one_message_keeps_its_weights_beside_it(
             split = export_onnx(model, plan, example, tmp_path / "split" / "m.onnx", calib)
             # written twice to one place: nothing of the first is left beside it
             split = export_onnx(model, plan, example, tmp_path / "split" / "m.onnx", calib)
-        assert split.precision == one.precision == plan_precision(plan)
+        assert split.precision == one.precision == _precision_of(plan)
         assert sorted(p.name for p in (tmp_path / "split").iterdir()) == ["m.onnx", "m.onnx.data"]
         assert split.path.stat().st_size < one.path.stat().st_size / 4
         run = {}
@@ -359,7 +359,7 @@ def test_a_model_too_large_for_one_message_keeps_its_weights_beside_it(
         assert any(i.data_location == onnx.TensorProto.EXTERNAL for i in refs.graph.initializer)
 
 
-def plan_precision(plan: CompressionPlan) -> str:
+def _precision_of(plan: CompressionPlan) -> str:
     return "int8" if plan.weight_bits else "fp32"
 
 
