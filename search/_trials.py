@@ -97,6 +97,24 @@ def _quiet() -> Any:
     return quiet_root_logger()
 
 
+def _one_file(path: Path) -> None:
+    """Refuse a front member's export that is not one file: a model whose weights are
+    stored beside it (over 2 GiB, ``spaces``' ``save_onnx``) would reach MLflow, ``pick``
+    and ``explore`` as a graph without its weights."""
+    from frontier.spaces import data_file
+
+    weights = data_file(path)
+    if weights.exists():
+        size_gb = weights.stat().st_size / 1e9
+        path.unlink(missing_ok=True)
+        weights.unlink()
+        raise RuntimeError(
+            f"the model's weights ({size_gb:.2f} GB) are more than one ONNX file holds "
+            "(2 GiB); Frontier does not log such a model's front members yet (its "
+            "scores stand, and its latency table works)"
+        )
+
+
 class TrialRunner:
     """Runs the trials of one config's space: applies a plan, fine-tunes it at a rung
     and scores it by each objective's evaluator (``run_job``), and exports it.
@@ -315,7 +333,9 @@ class TrialRunner:
         compression = self.plan(plan)
         threads = self.config.backend.threads_per_trial
         with _torch_threads(threads):
-            return self._export_model(self.scored_model(compression, rung), compression, path)
+            result = self._export_model(self.scored_model(compression, rung), compression, path)
+        _one_file(path)
+        return result
 
     def export_baseline(self, path: Path) -> Any:
         """Write the uncompressed model (every choice at its uncompressed value, no
@@ -359,6 +379,7 @@ class TrialRunner:
 
         with tempfile.TemporaryDirectory(prefix="frontier-job-") as tmp:
             result = self._export_model(model, plan, Path(tmp) / "model.onnx")
+            _one_file(result.path)
             return result.path.read_bytes(), result.precision
 
     def reports_test(self) -> bool:

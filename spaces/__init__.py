@@ -19,7 +19,7 @@ from ._forward import (
     recalibrate_bn,
     to_device,
 )
-from ._onnx_files import load_onnx, model_bytes, save_onnx
+from ._onnx_files import data_file, load_onnx, model_bytes, save_onnx
 from ._onnx_int8 import int8_op_types, onnx_module_name, quantize_onnx_int8
 from ._param_shapes import ParamShapes
 from ._plan import (
@@ -140,6 +140,7 @@ __all__ = [
     "calibrate",
     "check_forward",
     "count_macs",
+    "data_file",
     "discover",
     "encoder_layers",
     "export_onnx",
