@@ -108,32 +108,6 @@ def test_front_models_come_from_the_jobs_not_a_second_fine_tune(
     assert all(not r.exports for n, r in search.records.items() if n not in front)
 
 
-def test_a_front_member_too_large_for_one_onnx_file_says_so(
-    write_config, workdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a model whose weights go beside its graph (over 2 GiB; here the limit is lowered)
-    # would reach MLflow as a graph without its weights: its export fails, saying why,
-    # and leaves nothing behind (the search tags the run with that reason and goes on)
-    from frontier.search import TrialRunner
-    from frontier.spaces import _onnx_files
-
-    evaluation = TrialRunner(load_config(write_config()))
-    plan = evaluation.space.plan_of(evaluation.space.uncompressed_params()).to_dict()
-    path = workdir / "member" / "model.onnx"
-    path.parent.mkdir()
-    evaluation.export(plan, 0, path)  # one file: as it was
-    assert [p.name for p in path.parent.iterdir()] == ["model.onnx"]
-    path.unlink()
-    monkeypatch.setattr(_onnx_files, "INLINE_LIMIT_BYTES", 1024)
-    with pytest.raises(RuntimeError, match=r"more than one ONNX file holds \(2 GiB\)"):
-        evaluation.export(plan, 0, path)
-    assert list(path.parent.iterdir()) == []
-    # a job's own export: the scores stand, the result says why it carries no model
-    result = evaluation.evaluate(evaluation.plan(plan), 0, export=True)
-    assert result.onnx is None and "more than one ONNX file holds" in result.export_error
-    assert all(math.isfinite(v) for v in result.values.values())
-
-
 def test_failed_trials_are_recorded_and_the_search_goes_on(write_config) -> None:
     path = write_config(objectives=["size_bytes", "flaky_test"], constraints=[])
     result = run(path, trials=16, progress=False)

@@ -427,3 +427,36 @@ def test_a_model_whose_weights_sit_beside_its_graph_gets_its_table(monkeypatch, 
     bad = [(r["kind"], r["op_type"], r["error"][:120]) for r in rows if r["status"] != "ok"]
     assert not bad, bad
     assert {r["kind"] for r in rows} >= {"baseline", "validation", "op"}
+
+
+def test_a_search_s_front_member_too_large_for_one_file_says_so(tmp_path, monkeypatch) -> None:
+    # a model whose weights go beside its graph (over 2 GiB; here the limit is lowered)
+    # would reach MLflow as a graph without its weights: its export fails, saying why,
+    # and leaves nothing behind (the search tags the run with that reason and goes on)
+    import math
+
+    from frontier.search import TrialRunner, parse_config
+    from frontier.spaces import _onnx_files
+
+    monkeypatch.chdir(tmp_path)
+    config = {
+        "name": "toy-large",
+        "task": {"name": "digits", "options": {"model": "mlp"}},
+        "space": {"prune_ratios": [0.0, 0.5], "weight_bits": [8, 32], "act_bits": [32]},
+        "objectives": [{"name": "accuracy", "options": {"steps": 5}}, "size_bytes"],
+    }
+    evaluation = TrialRunner(parse_config(config))
+    plan = evaluation.space.plan_of(evaluation.space.uncompressed_params()).to_dict()
+    path = tmp_path / "member" / "model.onnx"
+    path.parent.mkdir()
+    evaluation.export(plan, 0, path)  # one file: as it was
+    assert [p.name for p in path.parent.iterdir()] == ["model.onnx"]
+    path.unlink()
+    monkeypatch.setattr(_onnx_files, "INLINE_LIMIT_BYTES", 1024)
+    with pytest.raises(RuntimeError, match=r"more than one ONNX file holds \(2 GiB\)"):
+        evaluation.export(plan, 0, path)
+    assert list(path.parent.iterdir()) == []
+    # a job's own export: the scores stand, the result says why it carries no model
+    result = evaluation.evaluate(evaluation.plan(plan), 0, export=True)
+    assert result.onnx is None and "more than one ONNX file holds" in result.export_error
+    assert all(math.isfinite(v) for v in result.values.values())
