@@ -35,16 +35,11 @@ HERE = Path(__file__).resolve().parent
 def first_trial_s(journal: Path, started: float, proc: subprocess.Popen[str]) -> float | None:
     """Seconds from ``started`` until the journal holds a finished trial (None if the
     search ended first)."""
+    from frontier.search import journal_completions
+
     while proc.poll() is None:
-        if journal.exists():
-            for line in journal.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:  # a line being written
-                    continue
-                # Optuna's journal: op_code 6 sets a trial's state; 1 is COMPLETE
-                if entry.get("op_code") == 6 and entry.get("state") == 1:
-                    return time.perf_counter() - started
+        if journal_completions(journal):
+            return time.perf_counter() - started
         time.sleep(1.0)
     return None
 

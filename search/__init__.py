@@ -47,7 +47,14 @@ from ._samplers import build_sampler, register_sampler, sampler_names
 from ._sensitivity import choices as sensitivity_choices
 from ._sensitivity import sensitivity
 from ._setup import default_callbacks, plan_latency, task_and_space
-from ._storage import SearchError, StudyStore, default_storage, driver_lock, open_storage
+from ._storage import (
+    SearchError,
+    StudyStore,
+    default_storage,
+    driver_lock,
+    journal_completions,
+    open_storage,
+)
 from ._timing import Timing, promotion_savings
 from ._tracking import Tag, find_search, front_frame, metrics_of
 from ._trials import TrialResult, TrialRunner
@@ -93,6 +100,7 @@ __all__ = [
     "front_on",
     "hypervolume",
     "import_plugins",
+    "journal_completions",
     "load_config",
     "loss_hypervolume",
     "measure_picked",

@@ -18,7 +18,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from frontier.evaluators import MINIMIZE, Evaluator, Measurement, register_evaluator
-from frontier.search import Callback, Search, load_config, open_storage, pareto_mask, run
+from frontier.search import (
+    Callback,
+    Search,
+    journal_completions,
+    load_config,
+    open_storage,
+    pareto_mask,
+    run,
+)
 from frontier.search.cli import main
 
 
@@ -151,30 +159,6 @@ def _complete(storage_path: Path) -> list[tuple[int, dict]]:
     return [(t.number, t.params) for t in study.get_trials(states=(TrialState.COMPLETE,))]
 
 
-def _completed_count(journal: Path) -> int:
-    """How many trials the journal has seen complete, read straight off the file: a
-    millisecond, where loading the study through Optuna took long enough on a slow CI
-    machine to miss the window between two bursts of completions (proxy-rung trials
-    complete a few hundredths of a second apart; only promotions space them out)."""
-    from optuna.storages.journal._storage import JournalOperation
-    from optuna.trial import TrialState
-
-    if not journal.exists():
-        return 0
-    count = 0
-    for line in journal.read_text().splitlines():
-        try:
-            op = json.loads(line)
-        except json.JSONDecodeError:  # a line the driver is writing now
-            continue
-        if (
-            op.get("op_code") == JournalOperation.SET_TRIAL_STATE_VALUES
-            and op.get("state") == TrialState.COMPLETE.value
-        ):
-            count += 1
-    return count
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "population", "kill_after", "steps"),
@@ -209,7 +193,7 @@ def test_resume_after_an_interruption_loses_nothing(
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and _completed_count(journal) < kill_after:
+    while time.monotonic() < deadline and journal_completions(journal) < kill_after:
         time.sleep(0.02)
         assert proc.poll() is None, log.read_text()[-3000:]
     proc.send_signal(sig)
