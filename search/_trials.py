@@ -329,7 +329,9 @@ class TrialRunner:
 
     def export(self, plan: Mapping[str, Any], rung: int, path: Path) -> Any:
         """Write the model ``plan``'s accuracy at ``rung`` was measured on as ONNX at
-        ``path`` (INT8 where the plan quantises); returns the ``ExportResult``."""
+        ``path`` (INT8 where the plan quantises), one file as MLflow keeps a front
+        member's (a model over 2 GiB is refused, ``_one_file``); returns the
+        ``ExportResult``."""
         compression = self.plan(plan)
         threads = self.config.backend.threads_per_trial
         with _torch_threads(threads):
