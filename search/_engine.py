@@ -17,6 +17,7 @@ from ._backends import Backend, Job, Pending, build_backend
 from ._callbacks import Callback
 from ._config import Config
 from ._front import Front, SearchResult, TrialRecord, plan_key
+from ._interrupt import StopRequest
 from ._log import logger, show_messages
 from ._pareto import Objective
 from ._promotion import Promotion, finishing
@@ -91,6 +92,7 @@ class Search:
         self.timing = Timing()
         self.generation = 0
         self._exhausted = False
+        self._stop = StopRequest()  # Ctrl-C in the loop: see _interrupt
         #: runs the trials: the task, its trained baseline, the space, evaluators, tables
         self.evaluation = setup.prepare(self.config, store, resume)
         self.watch = Watch(self.evaluation)
@@ -159,7 +161,8 @@ class Search:
             self.study_store.flush()
             status, started = "FAILED", time.perf_counter()
             try:
-                self._loop(backend)
+                with self._stop:
+                    self._loop(backend)
                 status = "FINISHED"
             except KeyboardInterrupt:
                 status = "KILLED"
@@ -182,32 +185,30 @@ class Search:
         since_generation = 0
         total = self.config.search.trials
         while True:
-            while promotions and len(pending) < backend.slots:
-                number, rung = promotions.pop(0)
-                job = Job(self.records[number].plan, rung)
-                pending[backend.submit(job)] = Pending(job, number=number)
-            running = {plan_key(p.job.plan) for p in pending.values() if not p.promotion}
-            while len(pending) < backend.slots and self.done + len(running) < total:
-                asked = self._ask(running)
-                if asked is None:
+            if self._stop.requested:  # Ctrl-C: the running jobs finish, no new one starts
+                if not pending:
+                    raise KeyboardInterrupt
+            else:
+                self._submit(backend, pending, promotions, total)
+                if not pending:
+                    if promotions:
+                        continue
+                    promotions = self._generation(final=True)
+                    if promotions:
+                        continue
                     break
-                trial, job = asked
-                running.add(plan_key(job.plan))
-                pending[backend.submit(job)] = Pending(job, trial=trial)
-            if not pending:
-                if promotions:
-                    continue
-                promotions = self._generation(final=True)
-                if promotions:
-                    continue
-                break
             for handle, outcome in backend.wait(list(pending)):
                 done = pending.pop(handle)
-                if done.promotion:
+                if isinstance(outcome, KeyboardInterrupt):
+                    # a worker the same Ctrl-C reached: not a failure; --resume reruns it
+                    self._stop.requested = True
+                elif done.promotion:
                     self._finish_promotion(done.number, int(done.job.rung), outcome)
                 else:
                     self._finish_trial(done.trial, done.job, outcome)
                     since_generation += 1
+            if self._stop.requested:
+                continue  # no promotion is decided that would not run
             # a promotion still queued or running is not asked for twice
             queued = set(promotions) | {
                 (p.number, int(p.job.rung)) for p in pending.values() if p.promotion
@@ -217,6 +218,27 @@ class Search:
                 promotions += [p for p in self._generation() if p not in queued]
             else:
                 promotions += [p for p in self._between() if p not in queued]
+
+    def _submit(
+        self,
+        backend: Backend,
+        pending: dict[Any, Pending],
+        promotions: list[tuple[int, int]],
+        total: int,
+    ) -> None:
+        """Fill the backend's free slots: queued promotions first, then new trials."""
+        while promotions and len(pending) < backend.slots:
+            number, rung = promotions.pop(0)
+            job = Job(self.records[number].plan, rung)
+            pending[backend.submit(job)] = Pending(job, number=number)
+        running = {plan_key(p.job.plan) for p in pending.values() if not p.promotion}
+        while len(pending) < backend.slots and self.done + len(running) < total:
+            asked = self._ask(running)
+            if asked is None:
+                break
+            trial, job = asked
+            running.add(plan_key(job.plan))
+            pending[backend.submit(job)] = Pending(job, trial=trial)
 
     def _ask(self, running: set[str]) -> tuple[Any, Job] | None:
         """A trial whose plan has not completed and is not running (see ``ask_unique``),

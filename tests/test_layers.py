@@ -28,7 +28,7 @@ TIERS: dict[str, list[str]] = {
         "__init__",
     ],
     "search": [
-        "_anchors _constraints _dbstudy _log _pareto _registries _timing",
+        "_anchors _constraints _dbstudy _interrupt _log _pareto _registries _timing",
         "_tracking",
         "_config _learning",
         "_accelerator _front _results",
