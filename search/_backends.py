@@ -114,6 +114,7 @@ class LocalProcesses(Backend):
         self.config_json = config_json
         self.tables = dict(tables)
         self.max_retries = max_retries
+        self._futures: list[cf.Future[TrialResult]] = []
         self._pool = self._new_pool()
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
@@ -127,10 +128,12 @@ class LocalProcesses(Backend):
 
     def _start(self, job: Job) -> cf.Future[TrialResult]:
         try:
-            return self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
+            future = self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
         except cf.process.BrokenProcessPool:
             self._pool = self._new_pool()
-            return self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
+            future = self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
+        self._futures = [f for f in self._futures if not f.done()] + [future]
+        return future
 
     def submit(self, job: Job) -> Any:
         return _Attempt(job, self._start(job))
@@ -158,7 +161,14 @@ class LocalProcesses(Backend):
                 return out
 
     def close(self) -> None:
-        self._pool.shutdown(cancel_futures=True)
+        if all(f.done() for f in self._futures):
+            self._pool.shutdown(cancel_futures=True)
+            return
+        # a second Ctrl-C left jobs running, in workers that ignore SIGINT: end them
+        processes = list(self._pool._processes.values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
 
 
 def _is_broken(future: cf.Future[Any]) -> bool:

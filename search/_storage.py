@@ -150,7 +150,7 @@ def journal_path(path: Path) -> Path:
     return path
 
 
-def journal_completions(path: Path) -> int:
+def journal_completions(path: str | Path) -> int:
     """How many trials the study journal at ``path`` has seen complete (0 before it
     exists), read straight off the file, without opening the study through Optuna: a
     millisecond, for a watcher of a running search (a test's, a benchmark's); a line
@@ -158,6 +158,7 @@ def journal_completions(path: Path) -> int:
     from optuna.storages.journal._storage import JournalOperation
     from optuna.trial import TrialState
 
+    path = Path(path)
     if not path.exists():
         return 0
     count = 0

@@ -4,6 +4,7 @@ it, with the ``TrialRunner`` built once per worker process, config and accelerat
 from __future__ import annotations
 
 import functools
+import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,10 @@ _WORKER_CACHE: dict[tuple[str, Accelerator], TrialRunner] = {}
 
 def set_worker_slot(counter: Any) -> None:
     """A ``--workers N`` process's initializer: take the next slot of ``counter`` (a
-    shared ``multiprocessing.Value``), which picks its GPU round-robin."""
+    shared ``multiprocessing.Value``), which picks its GPU round-robin. It ignores
+    Ctrl-C, which a terminal sends to every worker too: the driver decides
+    (``_interrupt``), and an idle worker interrupted would break the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with counter.get_lock():
         _WORKER_SLOT[0] = counter.value
         counter.value += 1
