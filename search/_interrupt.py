@@ -34,6 +34,7 @@ class StopRequest:
         self._installed = False
 
     def __enter__(self) -> StopRequest:
+        self.requested = False
         if (
             threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
