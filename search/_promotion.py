@@ -12,12 +12,16 @@ import numpy as np
 from frontier.spaces import PLAN_KINDS
 
 from ._constraints import Constraint
-from ._front import ACCURACY, Front, TrialRecord
+from ._front import ACCURACY, Front, Recovery, TrialRecord
 from ._pareto import pareto_mask
 
 #: a rung whose probed plans gain more accuracy than this a rung up (75th percentile)
 #: is promoted from by that shortfall (below it: noise)
 MIN_SHORTFALL = 0.02
+#: plans measured at a rung and a rung up whose accuracies at the cheap rung span at
+#: least this much (and at least 3 of them) say how recovery depends on where a plan
+#: starts (``Recovery.slope``); fewer, or closer together, only how much it recovers
+MIN_SPREAD = 0.05
 
 
 class Promotion(ABC):
@@ -46,11 +50,11 @@ class Promotion(ABC):
         finished evaluation; none by default."""
         return []
 
-    def allowance(self, rungs: int) -> dict[tuple[int, str], float]:
+    def allowance(self, rungs: int) -> dict[tuple[int, str], Recovery]:
         """(rung, kind of plan) -> the accuracy a plan of that kind (``plan_kind``; "":
-        every kind) measured there is judged with added (what the strategy learnt that
-        rung falls short of the top rung by; ``Front.allow``); none by default: every
-        rung is judged as measured."""
+        every kind) measured there is judged at (what the strategy learnt that rung
+        falls short of the top rung by; ``Front.allow``); none by default: every rung
+        is judged as measured."""
         return {}
 
     @abstractmethod
@@ -95,7 +99,12 @@ class SpreadPromotion(Promotion):
     The search need not wait a generation for this: once ``2 * probes`` compressed plans
     of a kind are measured at a rung and none of them is feasible there, the probes go
     up at once (``between``). Once a shortfall is learnt, plans of that kind measured at
-    that rung are judged with it added (``allowance``). Where the shortfall is larger
+    that rung are judged at the accuracy they are expected to reach a rung up
+    (``allowance``, a ``Recovery``): a line through the plans of the kind measured at
+    both rungs (the probes and any other; its slope in [0, 1], only where their cheap
+    accuracies spread ``MIN_SPREAD`` or more, else 1), raised to their 75th percentile,
+    and at most the best accuracy known a rung up. It is fitted again as more plans
+    come back. Where the shortfall is larger
     than the accuracy bound's margin (baseline minus bound), the rung cannot tell
     feasible plans of the kind from infeasible ones: from then on each that, with the
     shortfall added, would join the front a rung up is promoted as soon as it is
@@ -143,6 +152,8 @@ class SpreadPromotion(Promotion):
         self._hoped: dict[int, list[int]] = {}
         #: (rung, kind)s whose shortfall is larger than the accuracy bound's margin
         self._blind: set[tuple[int, str]] = set()
+        #: (rung, kind) -> what a plan of that kind there is expected to score a rung up
+        self.recovery: dict[tuple[int, str], Recovery] = {}
 
     def start(self, baseline: Mapping[str, float]) -> None:
         self._baseline = dict(baseline)
@@ -153,6 +164,9 @@ class SpreadPromotion(Promotion):
             "probes": {_text(k): list(p) for k, p in self._probes.items()},
             "hoped": {str(r): list(p) for r, p in self._hoped.items()},
             "blind": sorted(map(_text, self._blind)),
+            "recovery": {
+                _text(k): [m.slope, m.intercept, m.ceiling] for k, m in self.recovery.items()
+            },
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -161,18 +175,64 @@ class SpreadPromotion(Promotion):
         self._probes = {_key(k): [int(n) for n in p] for k, p in probes.items()}
         self._hoped = {int(r): [int(n) for n in p] for r, p in state.get("hoped", {}).items()}
         self._blind = {_key(k) for k in state.get("blind", [])}
+        self.recovery = {
+            _key(k): Recovery(float(m[0]), float(m[1]), float(m[2]))
+            for k, m in state.get("recovery", {}).items()
+        }
 
     def gap(self, rung: int, kind: str) -> float:
         """What ``rung`` is learnt to fall short of the next rung by for plans of
         ``kind`` (0 where nothing is learnt)."""
         return self.shortfall.get((rung, kind), self.shortfall.get((rung, ""), 0.0))
 
-    def allowance(self, rungs: int) -> dict[tuple[int, str], float]:
-        return {
-            (rung, kind): sum(self.gap(r, kind) for r in range(rung, rungs - 1))
-            for rung, kind in self.shortfall
-            if rung < rungs - 1
-        }
+    def model(self, rung: int, kind: str) -> Recovery | None:
+        """What a plan of ``kind`` measured at ``rung`` is expected to score a rung up
+        (None where nothing is learnt, or the rung was learnt to agree)."""
+        for key in ((rung, kind), (rung, "")):
+            if self.shortfall.get(key, 0.0) > 0:
+                # a study from before the fitted recovery kept the shortfall alone
+                return self.recovery.get(key, Recovery(1.0, self.shortfall[key]))
+        return None
+
+    def allowance(self, rungs: int) -> dict[tuple[int, str], Recovery]:
+        out = {}
+        for rung, kind in self.shortfall:
+            chain = [self.model(r, kind) for r in range(rung, rungs - 1)]
+            steps = [m for m in chain if m is not None]
+            if rung >= rungs - 1 or not steps:
+                continue
+            allowed = None
+            for m in reversed(steps):
+                allowed = Recovery(m.slope, m.intercept, m.ceiling, allowed)
+            out[rung, kind] = allowed
+        return {k: v for k, v in out.items() if v is not None}
+
+    def _fit(self, front: Front, rung: int, kind: str) -> None:
+        """Fit what ``rung`` is expected to recover a rung up for plans of ``kind``
+        from those measured at both (see the class)."""
+        if not kind or self.shortfall.get((rung, kind), 0.0) <= 0:
+            return
+        done = front.complete()
+        pairs = np.array(
+            [
+                (r.rungs[rung][ACCURACY], r.rungs[rung + 1][ACCURACY])
+                for r in done
+                if r.kind == kind
+                and ACCURACY in r.rungs.get(rung, {})
+                and ACCURACY in r.rungs.get(rung + 1, {})
+                and self._compressed(front, r.number, rung)
+            ]
+        ).reshape(-1, 2)
+        if not len(pairs):
+            return
+        cheap, up = pairs[:, 0], pairs[:, 1]
+        slope = 1.0
+        if len(pairs) >= 3 and np.ptp(cheap) >= MIN_SPREAD:
+            slope = float(np.clip(np.polyfit(cheap, up, 1)[0], 0.0, 1.0))
+        above = [r.rungs[rung + 1][ACCURACY] for r in done if ACCURACY in r.rungs.get(rung + 1, {})]
+        ceiling = max([self._baseline.get(ACCURACY, -math.inf), *above])
+        intercept = float(np.percentile(up - slope * cheap, 75))
+        self.recovery[rung, kind] = Recovery(round(slope, 4), round(intercept, 4), ceiling)
 
     def _candidates(self, front: Front) -> Front:
         """The front with its accuracy constraints loosened by ``slack`` (the shortfall
@@ -314,6 +374,8 @@ class SpreadPromotion(Promotion):
             self.shortfall[rung, kind] = 0.0
             return
         self.shortfall[rung, kind] = gap
+        self._fit(front, rung, kind)
+        judged = f"judged at {self.model(rung, kind)} at rung {rung + 1}"
         margin = min(self._baseline[ACCURACY] - c.bound for c in accuracy)
         if gap > margin:
             self._blind.add((rung, kind))
@@ -321,15 +383,15 @@ class SpreadPromotion(Promotion):
                 f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
                 f"percentile of {plans}), more than the accuracy bound's margin of "
                 f"{margin:.3f}, so it cannot tell feasible {_plural(kind)} from infeasible "
-                f"ones: from now on such a plan measured there is judged with {gap:.3f} "
-                f"added, and each that would then join rung {rung + 1}'s front goes up as "
-                "soon as it is measured"
+                f"ones: from now on such a plan measured there is {judged}, and each "
+                f"that would then join rung {rung + 1}'s front goes up as soon as it is "
+                "measured"
             )
             return
         self.notes.append(
             f"rung {rung} falls short of rung {rung + 1} by {gap:.3f} accuracy (75th "
-            f"percentile of {plans}): such plans measured there are judged with that added, "
-            "and every one of them on the rung's front is promoted"
+            f"percentile of {plans}): such plans measured there are {judged}, and every "
+            "one of them on the rung's front is promoted"
         )
 
     def _probe(
@@ -364,11 +426,13 @@ class SpreadPromotion(Promotion):
 
     def _hopefuls(self, front: Front, rung: int, kind: str, chosen: set[int]) -> list[int]:
         """Up to ``probes`` compressed plans of ``kind`` waiting at ``rung`` (not in
-        ``chosen``) that, with their accuracy raised by the rung's shortfall for them,
-        meet every constraint and are dominated by no member of the front at
+        ``chosen``) that, at the accuracy the rung's recovery for them expects a rung
+        up, meet every constraint and are dominated by no member of the front at
         ``rung + 1``; the most accurate first. At most ``share`` of the rung's plans are
         promoted this way in all."""
-        gap = self.gap(rung, kind)
+        model = self.model(rung, kind)
+        if model is None:
+            return []
         hoped = self._hoped.setdefault(rung, [])
         done = front.complete()
         plans = len({r.key for r in done if r.rung >= rung})
@@ -389,7 +453,7 @@ class SpreadPromotion(Promotion):
                 continue
             if not self._compressed(front, rec.number, rung):
                 continue
-            hope = {**values, ACCURACY: values[ACCURACY] + gap}
+            hope = {**values, ACCURACY: model.top(values[ACCURACY])}
             if _joins(front, above, hope):
                 hopes[rec.key] = (values[ACCURACY], rec.number)
         best = sorted(hopes.values(), reverse=True)[:room]
@@ -399,9 +463,9 @@ class SpreadPromotion(Promotion):
                 f"promoting {len(best)} {_plural(kind)[:-1]}{'s' if len(best) > 1 else ''} "
                 f"off rung {rung}'s "
                 f"front (trial{'s' if len(best) > 1 else ''} "
-                f"{', '.join(str(n) for _, n in best)}): with rung {rung}'s shortfall of "
-                f"{gap:.3f} added, {'they' if len(best) > 1 else 'it'} would join rung "
-                f"{rung + 1}'s front"
+                f"{', '.join(str(n) for _, n in best)}): at the accuracy expected of "
+                f"{'them' if len(best) > 1 else 'it'} a rung up ({model}), "
+                f"{'they' if len(best) > 1 else 'it'} would join rung {rung + 1}'s front"
             )
         return [n for _, n in best]
 
@@ -409,6 +473,9 @@ class SpreadPromotion(Promotion):
         """Probe or learn every rung below the top (see ``_learn``); the front is then
         judged with what was learnt (``allowance``). Returns the probes, by rung."""
         probes = {rung: self._learn(front, rung, early) for rung in range(rungs - 1)}
+        for rung, kind in list(self.shortfall):
+            if rung < rungs - 1:  # more plans of the kind may be back from both rungs
+                self._fit(front, rung, kind)
         front.allow(self.allowance(rungs))
         return {rung: p for rung, p in probes.items() if p}
 

@@ -103,8 +103,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             + ", ".join(f"{n} at rung {rungs[r]}" for r, n in ruled.items())
             + " (a plan ruled out below the top rung was not measured there"
             + "".join(
-                f"; {kind or 'compressed'} plans at rung {rungs[r]} judged with its learnt "
-                f"shortfall of {a:.3f} added"
+                f"; {kind or 'compressed'} plans at rung {rungs[r]} judged at the accuracy "
+                f"learnt to be expected of them at the top rung: {a}"
                 for (r, kind), a in search.front.allowance.items()
             )
             + ")"
