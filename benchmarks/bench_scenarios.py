@@ -28,6 +28,8 @@ promotion measured it higher (did the top rung see that end of the front?).
 Run: python benchmarks/bench_scenarios.py [--scenarios NAME ...]   (default: mobilenetv2-flops40
      resnet50-edge text-student efficientnet-lite0-cpu)
      [--set KEY=VALUE ...] [--json benchmarks/report-logs/scenarios.json]
+     [--work DIR [--resume]]   (keep each scenario's folder, DIR/NAME; --resume continues
+     the stopped search in DIR, one scenario, as ``frontier search --resume`` would)
 """
 
 from __future__ import annotations
@@ -252,7 +254,9 @@ def in_folder(work: Path) -> Any:
         os.chdir(cwd)
 
 
-def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, Any]:
+def run_scenario(
+    name: str, overrides: dict[str, Any], work: Path, resume: bool = False
+) -> dict[str, Any]:
     from frontier.search import TrialRunner, front_frame, load_config, run
     from frontier.search.cli import main as cli
     from frontier.spaces import CompressionPlan, export_onnx
@@ -260,7 +264,7 @@ def run_scenario(name: str, overrides: dict[str, Any], work: Path) -> dict[str, 
     config = load_config(name).override(overrides)
     start = time.perf_counter()
     with in_folder(work):
-        result = run(config, progress=False)
+        result = run(config, progress=False, resume=resume)
         search_s = time.perf_counter() - start
         evaluation = TrialRunner(config)
         latency = next(m for m in config.metric_names() if m.startswith("latency_ms@"))
@@ -385,14 +389,34 @@ def main() -> None:
     )
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--json", default=str(HERE / "report-logs" / "scenarios.json"))
+    parser.add_argument(
+        "--work",
+        help="run in this folder and keep it (its study, MLflow store), not a temporary one",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the study in --work (a run stopped part way); search_s and wall_s "
+        "are then this part's alone",
+    )
     args = parser.parse_args()
+    if args.resume and (not args.work or len(args.scenarios) != 1):
+        parser.error("--resume needs --work and one scenario")
     overrides = _settings(args.set)
     out = Path(args.json)
     for name in args.scenarios:
-        with tempfile.TemporaryDirectory(prefix=f"frontier-{name}-") as tmp:
+        with contextlib.ExitStack() as stack:
+            if args.work:
+                work = Path(args.work) / ("" if args.resume else name)
+                work.mkdir(parents=True, exist_ok=True)
+            else:
+                tmp = tempfile.TemporaryDirectory(prefix=f"frontier-{name}-")
+                work = Path(stack.enter_context(tmp))
             start = time.perf_counter()
-            row = run_scenario(name, overrides, Path(tmp))
+            row = run_scenario(name, overrides, work, resume=args.resume)
             row["wall_s"] = round(time.perf_counter() - start, 1)
+            if args.resume:
+                row["resumed"] = True
         print(json.dumps(row, default=str)[:2000], flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(merge(out, [row]), indent=2, default=str) + "\n")
