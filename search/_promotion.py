@@ -424,12 +424,25 @@ class SpreadPromotion(Promotion):
         )
         return [(n, rung + 1) for n in chosen]
 
+    def _underrated(self, record: TrialRecord, rung: int) -> bool:
+        """Whether ``rung`` is learnt to underrate ``record`` by more than noise: the
+        accuracy expected of it a rung up is more than ``MIN_SHORTFALL`` above what it
+        scored there. A plan the rung already scores near the best known a rung up is
+        not: its rung's own ranking stands for it, and the usual share promotes it."""
+        model = self.model(rung, record.kind)
+        accuracy = record.values(rung).get(ACCURACY)
+        return (
+            model is not None
+            and accuracy is not None
+            and (model.top(accuracy) - accuracy > MIN_SHORTFALL)
+        )
+
     def _hopefuls(self, front: Front, rung: int, kind: str, chosen: set[int]) -> list[int]:
         """Up to ``probes`` compressed plans of ``kind`` waiting at ``rung`` (not in
-        ``chosen``) that, at the accuracy the rung's recovery for them expects a rung
-        up, meet every constraint and are dominated by no member of the front at
-        ``rung + 1``; the most accurate first. At most ``share`` of the rung's plans are
-        promoted this way in all."""
+        ``chosen``) that the rung underrates (``_underrated``) and that, at the accuracy
+        the rung's recovery for them expects a rung up, meet every constraint and are
+        dominated by no member of the front at ``rung + 1``; the most accurate first.
+        At most ``share`` of the rung's plans are promoted this way in all."""
         model = self.model(rung, kind)
         if model is None:
             return []
@@ -451,7 +464,7 @@ class SpreadPromotion(Promotion):
             values = rec.values(rung)
             if rec.key in measured or rec.key in hopes or not loose.judge(rec, rung):
                 continue
-            if not self._compressed(front, rec.number, rung):
+            if not self._compressed(front, rec.number, rung) or not self._underrated(rec, rung):
                 continue
             hope = {**values, ACCURACY: model.top(values[ACCURACY])}
             if _joins(front, above, hope):
@@ -502,10 +515,10 @@ class SpreadPromotion(Promotion):
             candidates = self._candidates(front)
             members = candidates.numbers(rung)
             # where the rung's accuracies are known to be off for a kind of plan, its
-            # own ranking cannot choose among them: every front member of that kind
-            # (within the shortfall of the bound) goes up, and so do its hopefuls
+            # own ranking cannot choose among them: every front member the rung
+            # underrates goes up, and so do the kind's hopefuls
             gapped = [k for k in PLAN_KINDS if self.gap(rung, k) > 0]
-            off = [n for n in members if front.records[n].kind in gapped]
+            off = [n for n in members if self._underrated(front.records[n], rung)]
             waiting = [n for n in off if front.records[n].rung == rung]
             out += [(n, rung + 1) for n in waiting]
             for kind in gapped:

@@ -438,3 +438,39 @@ def test_plans_a_rung_scores_near_chance_recover_less_than_those_near_the_bound(
     again = SpreadPromotion(share=0.25)
     again.restore(json.loads(json.dumps(promotion.state())))
     assert again.allowance(2) == promotion.allowance(2)
+
+
+# the same search at 17 trials: pruned plans 6-12 lightly pruned (0.90-0.92 at rung 0),
+# 11 and 13-16 heavily (near chance); trials 1, 2 and 4 back from rung 1
+LITE0_17 = {0: ("q", 0.921, 0.669), 1: (0.25, 0.2602, 0.539), 2: (0.5, 0.1064, 0.376),
+            3: ({}, 0.9186, 0.972), 4: (0.25, 0.2734, 0.625), 5: (0.5, 0.1062, 0.397),
+            6: (0.1, 0.9214, 0.657), 7: (0.1, 0.8954, 0.634), 8: (0.1, 0.921, 0.593),
+            9: (0.1, 0.9218, 0.69), 10: (0.1, 0.9026, 0.598), 11: (0.4, 0.187, 0.405),
+            12: (0.1, 0.9166, 0.566), 13: (0.5, 0.1, 0.425), 14: (0.4, 0.1608, 0.457),
+            15: (0.4, 0.1768, 0.408), 16: (0.5, 0.1018, 0.403)}  # fmt: skip
+
+
+def test_a_blind_rung_sends_up_the_plans_it_underrates_and_leaves_the_rest_to_the_share() -> None:
+    """Rung 0 is blind for pruned plans as a kind (the probes gained 0.71), but a
+    lightly pruned plan it scores 0.92 is expected no higher a rung up: its own ranking
+    stands, and the share (toward latency) picks among those. Only the near misses it
+    underrates (7: 0.895, 10: 0.903) go up on hope; the heavily pruned plans, expected
+    at 0.87-0.89, stay."""
+    records = {}
+    for n, (prune, acc, ms) in LITE0_17.items():
+        plan: dict = {"weight_bits": {"a": 8}} if prune == "q" else {}
+        if isinstance(prune, float):
+            plan = {"prune": {"a": prune}}
+        rungs: dict[int, dict[str, float]] = {0: {"accuracy": acc, "latency_ms@local-cpu": ms}}
+        if n in LITE0_UP:
+            rungs[1] = {"accuracy": LITE0_UP[n]}
+        records[n] = TrialRecord(n, {}, {**plan, "n": n}, "complete", rungs=rungs)
+    front = Front(records, [ACC, LAT], [Constraint("accuracy", ">=", 0.9134)])
+    promotion = SpreadPromotion(share=0.25, slack=0.02, toward="latency_ms@local-cpu")
+    promotion.start({"accuracy": 0.9234, "latency_ms@local-cpu": 0.972})
+    promotion.restore({"probes": {"0/pruned": [4, 1, 2]}})
+    sent = sorted(promotion.between(front, rungs=2) + promotion.select(front, rungs=2))
+    assert sent == [(7, 1), (10, 1), (12, 1)]  # 12: the fastest member, by the share
+    assert (
+        "promoting 2 pruned plans off rung 0's front (trials 10, 7)" in (promotion.take_notes()[-1])
+    )
