@@ -25,30 +25,40 @@ ACCURACY = "accuracy"
 @dataclass(frozen=True)
 class Recovery:
     """What a plan measured at a cheap rung is expected to score a rung up, as learnt
-    from plans measured at both: ``intercept + slope * accuracy``, at most ``ceiling``
-    (the best accuracy known a rung up) and never less than the accuracy itself.
-    ``then``: the next rung's, so that ``top`` reaches the top rung.
+    from plans measured at both: ``curve`` (cheap-rung accuracy, accuracy a rung up)
+    knots of a non-decreasing fit, read between knots on the line joining them; below
+    the lowest knot a plan gains what that knot gains, above the highest it reaches
+    what that knot reaches. Without a curve, the accuracy plus ``gain``. At most
+    ``ceiling`` (the best accuracy known a rung up), never less than the accuracy
+    itself. ``then``: the next rung's, so that ``top`` reaches the top rung.
 
-    A slope of 1 adds the same shortfall to every plan; a lower one says that a plan
-    the cheap rung scores near chance recovers less than one it scores near the bound
-    (a pruned EfficientNet-Lite0 after 60 steps, 2026-12-06)."""
+    A curve says that a plan the cheap rung scores near chance recovers less than one
+    it scores near the bound (a pruned EfficientNet-Lite0 after 60 steps,
+    2026-12-06): the same gain for every plan judged a plan at 0.92 at 1.63."""
 
-    slope: float
-    intercept: float
+    gain: float = 0.0
+    curve: tuple[tuple[float, float], ...] = ()
     ceiling: float = math.inf
     then: Recovery | None = None
 
     def top(self, accuracy: float) -> float:
         """The accuracy a plan measured at ``accuracy`` is expected to reach at the top."""
-        up = max(accuracy, min(self.intercept + self.slope * accuracy, self.ceiling))
-        return self.then.top(up) if self.then is not None else up
+        if self.curve:
+            cheap, up = zip(*self.curve, strict=True)
+            expected = float(np.interp(accuracy, cheap, up))
+            if accuracy < cheap[0]:
+                expected = accuracy + up[0] - cheap[0]
+        else:
+            expected = accuracy + self.gain
+        up_here = max(accuracy, min(expected, self.ceiling))
+        return self.then.top(up_here) if self.then is not None else up_here
 
     def __str__(self) -> str:
-        own = (
-            f"accuracy + {self.intercept:.3f}"
-            if self.slope == 1
-            else f"{self.intercept:.3f} + {self.slope:.3f} x accuracy"
-        )
+        if self.curve:
+            (a, b), (c, d) = self.curve[0], self.curve[-1]
+            own = f"a non-decreasing curve from {a:.3f} -> {b:.3f} to {c:.3f} -> {d:.3f}"
+        else:
+            own = f"accuracy + {self.gain:.3f}"
         if math.isfinite(self.ceiling):
             own += f" (at most {self.ceiling:.3f})"
         return f"{own}, then {self.then}" if self.then is not None else own

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from sklearn.isotonic import IsotonicRegression
 
 from frontier.spaces import PLAN_KINDS
 
@@ -20,7 +21,7 @@ from ._pareto import pareto_mask
 MIN_SHORTFALL = 0.02
 #: plans measured at a rung and a rung up whose accuracies at the cheap rung span at
 #: least this much (and at least 3 of them) say how recovery depends on where a plan
-#: starts (``Recovery.slope``); fewer, or closer together, only how much it recovers
+#: starts (``Recovery.curve``); fewer, or closer together, only how much it recovers
 MIN_SPREAD = 0.05
 
 
@@ -100,10 +101,10 @@ class SpreadPromotion(Promotion):
     of a kind are measured at a rung and none of them is feasible there, the probes go
     up at once (``between``). Once a shortfall is learnt, plans of that kind measured at
     that rung are judged at the accuracy they are expected to reach a rung up
-    (``allowance``, a ``Recovery``): a line through the plans of the kind measured at
-    both rungs (the probes and any other; its slope in [0, 1], only where their cheap
-    accuracies spread ``MIN_SPREAD`` or more, else 1), raised to their 75th percentile,
-    and at most the best accuracy known a rung up. It is fitted again as more plans
+    (``allowance``, a ``Recovery``): a non-decreasing (isotonic) curve through the
+    plans of the kind measured at both rungs (the probes and any other), where their
+    cheap accuracies span ``MIN_SPREAD`` or more, else their gain (75th percentile)
+    added; at most the best accuracy known a rung up. It is fitted again as more plans
     come back. Where the shortfall is larger
     than the accuracy bound's margin (baseline minus bound), the rung cannot tell
     feasible plans of the kind from infeasible ones: from then on each that, with the
@@ -165,7 +166,8 @@ class SpreadPromotion(Promotion):
             "hoped": {str(r): list(p) for r, p in self._hoped.items()},
             "blind": sorted(map(_text, self._blind)),
             "recovery": {
-                _text(k): [m.slope, m.intercept, m.ceiling] for k, m in self.recovery.items()
+                _text(k): {"gain": m.gain, "curve": list(map(list, m.curve)), "ceiling": m.ceiling}
+                for k, m in self.recovery.items()
             },
         }
 
@@ -176,7 +178,11 @@ class SpreadPromotion(Promotion):
         self._hoped = {int(r): [int(n) for n in p] for r, p in state.get("hoped", {}).items()}
         self._blind = {_key(k) for k in state.get("blind", [])}
         self.recovery = {
-            _key(k): Recovery(float(m[0]), float(m[1]), float(m[2]))
+            _key(k): Recovery(
+                float(m["gain"]),
+                tuple((float(a), float(b)) for a, b in m["curve"]),
+                float(m["ceiling"]),
+            )
             for k, m in state.get("recovery", {}).items()
         }
 
@@ -191,7 +197,7 @@ class SpreadPromotion(Promotion):
         for key in ((rung, kind), (rung, "")):
             if self.shortfall.get(key, 0.0) > 0:
                 # a study from before the fitted recovery kept the shortfall alone
-                return self.recovery.get(key, Recovery(1.0, self.shortfall[key]))
+                return self.recovery.get(key, Recovery(self.shortfall[key]))
         return None
 
     def allowance(self, rungs: int) -> dict[tuple[int, str], Recovery]:
@@ -203,7 +209,7 @@ class SpreadPromotion(Promotion):
                 continue
             allowed = None
             for m in reversed(steps):
-                allowed = Recovery(m.slope, m.intercept, m.ceiling, allowed)
+                allowed = Recovery(m.gain, m.curve, m.ceiling, allowed)
             out[rung, kind] = allowed
         return {k: v for k, v in out.items() if v is not None}
 
@@ -226,13 +232,18 @@ class SpreadPromotion(Promotion):
         if not len(pairs):
             return
         cheap, up = pairs[:, 0], pairs[:, 1]
-        slope = 1.0
-        if len(pairs) >= 3 and np.ptp(cheap) >= MIN_SPREAD:
-            slope = float(np.clip(np.polyfit(cheap, up, 1)[0], 0.0, 1.0))
         above = [r.rungs[rung + 1][ACCURACY] for r in done if ACCURACY in r.rungs.get(rung + 1, {})]
         ceiling = max([self._baseline.get(ACCURACY, -math.inf), *above])
-        intercept = float(np.percentile(up - slope * cheap, 75))
-        self.recovery[rung, kind] = Recovery(round(slope, 4), round(intercept, 4), ceiling)
+        if len(pairs) < 3 or np.ptp(cheap) < MIN_SPREAD:
+            gain = round(float(np.percentile(up - cheap, 75)), 4)
+            self.recovery[rung, kind] = Recovery(gain, ceiling=ceiling)
+            return
+        knots = np.unique(cheap)
+        fitted = IsotonicRegression(increasing=True).fit(cheap, up).predict(knots)
+        curve = tuple(
+            (round(float(a), 4), round(float(b), 4)) for a, b in zip(knots, fitted, strict=True)
+        )
+        self.recovery[rung, kind] = Recovery(curve=curve, ceiling=ceiling)
 
     def _candidates(self, front: Front) -> Front:
         """The front with its accuracy constraints loosened by ``slack`` (the shortfall
