@@ -184,6 +184,7 @@ class SpreadPromotion(Promotion):
                 float(m["ceiling"]),
             )
             for k, m in state.get("recovery", {}).items()
+            if isinstance(m, Mapping)  # else a form before the curve: fitted again
         }
 
     def gap(self, rung: int, kind: str) -> float:
