@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.isotonic import IsotonicRegression
 
 from frontier.spaces import PLAN_KINDS
 
@@ -239,6 +238,8 @@ class SpreadPromotion(Promotion):
             gain = round(float(np.percentile(up - cheap, 75)), 4)
             self.recovery[rung, kind] = Recovery(gain, ceiling=ceiling)
             return
+        from sklearn.isotonic import IsotonicRegression  # slow to import; rarely needed
+
         knots = np.unique(cheap)
         fitted = IsotonicRegression(increasing=True).fit(cheap, up).predict(knots)
         curve = tuple(

@@ -19,6 +19,13 @@ def _all(backend: LocalProcesses, handles: list[Any]) -> list[tuple[Any, Any]]:
     return outcomes
 
 
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT (Linux: its SigIgn mask in /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(line for line in status if line.startswith("SigIgn:")).split()[1]
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
 def test_a_terminal_s_ctrl_c_leaves_the_local_workers_working(write_config, workdir) -> None:
     """A terminal sends Ctrl-C to every worker too, and the driver decides what it means
     (``_interrupt``): a worker interrupted while idle would break the pool (its trials
@@ -33,6 +40,12 @@ def test_a_terminal_s_ctrl_c_leaves_the_local_workers_working(write_config, work
         _all(backend, [backend.submit(job), backend.submit(job)])  # both workers up, idle
         pool = backend._pool
         assert len(pool._processes) == 2
+        # one worker may have run both jobs while the other still starts (imports
+        # torch): a Ctrl-C in that window is not what this test is about
+        deadline = time.monotonic() + 120
+        while not all(map(_ignores_sigint, pool._processes)):
+            assert time.monotonic() < deadline, "the workers never set up their SIGINT"
+            time.sleep(0.2)
         for pid in list(pool._processes):
             os.kill(pid, signal.SIGINT)
         time.sleep(1.0)
