@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -203,35 +204,24 @@ class SpreadPromotion(Promotion):
     def allowance(self, rungs: int) -> dict[tuple[int, str], Recovery]:
         out = {}
         for rung, kind in self.shortfall:
-            chain = [self.model(r, kind) for r in range(rung, rungs - 1)]
-            steps = [m for m in chain if m is not None]
-            if rung >= rungs - 1 or not steps:
-                continue
-            allowed = None
-            for m in reversed(steps):
-                allowed = Recovery(m.gain, m.curve, m.ceiling, allowed)
-            out[rung, kind] = allowed
-        return {k: v for k, v in out.items() if v is not None}
+            allowed = None  # each rung's recovery up to the top, chained from the top down
+            for r in reversed(range(rung, rungs - 1)):
+                if (step := self.model(r, kind)) is not None:
+                    allowed = replace(step, then=allowed)
+            if allowed is not None:
+                out[rung, kind] = allowed
+        return out
 
     def _fit(self, front: Front, rung: int, kind: str) -> None:
         """Fit what ``rung`` is expected to recover a rung up for plans of ``kind``
         from those measured at both (see the class)."""
         if not kind or self.shortfall.get((rung, kind), 0.0) <= 0:
             return
-        done = front.complete()
-        pairs = np.array(
-            [
-                (r.rungs[rung][ACCURACY], r.rungs[rung + 1][ACCURACY])
-                for r in done
-                if r.kind == kind
-                and ACCURACY in r.rungs.get(rung, {})
-                and ACCURACY in r.rungs.get(rung + 1, {})
-                and self._compressed(front, r.number, rung)
-            ]
-        ).reshape(-1, 2)
+        pairs = np.array(_pairs(rung, self._of_kind(front, rung, kind))).reshape(-1, 2)
         if not len(pairs):
             return
         cheap, up = pairs[:, 0], pairs[:, 1]
+        done = front.complete()
         above = [r.rungs[rung + 1][ACCURACY] for r in done if ACCURACY in r.rungs.get(rung + 1, {})]
         ceiling = max([self._baseline.get(ACCURACY, -math.inf), *above])
         if len(pairs) < 3 or np.ptp(cheap) < MIN_SPREAD:
@@ -268,6 +258,14 @@ class SpreadPromotion(Promotion):
             if better > 0.01 * abs(base):
                 return True
         return False
+
+    def _of_kind(self, front: Front, rung: int, kind: str) -> list[TrialRecord]:
+        """The completed plans of ``kind`` that are compressed (judged at ``rung``)."""
+        return [
+            r
+            for r in front.complete()
+            if r.kind == kind and self._compressed(front, r.number, rung)
+        ]
 
     def _bounds(self, front: Front) -> list[Constraint]:
         """The accuracy lower bounds, where adapting applies (else none)."""
@@ -306,14 +304,7 @@ class SpreadPromotion(Promotion):
         """What the compressed plans of ``kind`` already measured at ``rung`` and a rung
         up (promoted by the rung's quota) gained there: the 75th percentile of their
         gains in accuracy, and how many there are (0.0, 0 where none is)."""
-        gains = _gains(
-            rung,
-            [
-                r
-                for r in front.complete()
-                if r.kind == kind and self._compressed(front, r.number, rung)
-            ],
-        )
+        gains = _gains(rung, self._of_kind(front, rung, kind))
         return (float(np.percentile(gains, 75)), len(gains)) if gains else (0.0, 0)
 
     def _probe_hopeful(
@@ -599,13 +590,18 @@ def _joins(front: Front, members: np.ndarray, values: Mapping[str, float]) -> bo
     return bool(pareto_mask(np.vstack([members, row]), front.objectives)[-1])
 
 
-def _gains(rung: int, records: Sequence[TrialRecord]) -> list[float]:
-    """The accuracy each of ``records`` measured at ``rung`` and a rung up gained there."""
+def _pairs(rung: int, records: Sequence[TrialRecord]) -> list[tuple[float, float]]:
+    """(accuracy at ``rung``, accuracy a rung up) of each of ``records`` measured at both."""
     return [
-        r.rungs[rung + 1][ACCURACY] - r.rungs[rung][ACCURACY]
+        (r.rungs[rung][ACCURACY], r.rungs[rung + 1][ACCURACY])
         for r in records
         if ACCURACY in r.rungs.get(rung, {}) and ACCURACY in r.rungs.get(rung + 1, {})
     ]
+
+
+def _gains(rung: int, records: Sequence[TrialRecord]) -> list[float]:
+    """The accuracy each of ``records`` measured at ``rung`` and a rung up gained there."""
+    return [up - cheap for cheap, up in _pairs(rung, records)]
 
 
 def _text(key: tuple[int, str]) -> str:

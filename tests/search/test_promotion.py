@@ -477,3 +477,27 @@ def test_a_blind_rung_sends_up_only_what_it_underrates_and_leaves_the_rest_to_th
     sent = sorted(promotion.between(front, rungs=2) + promotion.select(front, rungs=2))
     assert sent == [(12, 1)]  # the fastest member, by the share
     assert not any("promoting" in note for note in promotion.take_notes())
+
+
+def test_a_plan_two_rungs_down_is_judged_through_each_rungs_recovery() -> None:
+    """With three rungs, a plan at rung 0 is expected at rung 1 first, then at the top
+    through rung 1's own recovery; a rung with nothing learnt passes it on as is."""
+    from frontier.search._front import Recovery
+
+    promotion = SpreadPromotion(share=0.5)
+    promotion.restore(
+        {
+            "shortfall": {"0/pruned": 0.1, "1/pruned": 0.2, "0/quantized": 0.05},
+            "recovery": {
+                "1/pruned": {"gain": 0.0, "curve": [[0.5, 0.7], [0.6, 0.8]], "ceiling": 0.9}
+            },
+        }
+    )
+    allowed = promotion.allowance(3)
+    assert allowed[0, "pruned"].top(0.5) == pytest.approx(0.8)  # 0.5 -> 0.6 -> 0.8
+    assert allowed[0, "quantized"].top(0.5) == pytest.approx(0.55)  # rung 1: nothing learnt
+    assert allowed[1, "pruned"] == Recovery(curve=((0.5, 0.7), (0.6, 0.8)), ceiling=0.9)
+    assert promotion.allowance(2) == {
+        (0, "pruned"): Recovery(0.1),
+        (0, "quantized"): Recovery(0.05),
+    }
