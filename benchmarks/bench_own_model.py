@@ -36,7 +36,9 @@ CONFIG = HERE / "own_model" / "mnasnet.yaml"
 
 
 def _frontier(args: list[str], cwd: Path, log: Path | None = None) -> str:
-    env = {**os.environ, "PYTHONPATH": str(HERE / "own_model")}
+    # the task module's folder first; a PYTHONPATH already set (an install elsewhere) stays
+    path = [str(HERE / "own_model"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     cmd = [sys.executable, "-m", "frontier.search.cli", *args]
     err = log.open("a") if log else subprocess.PIPE
     try:
