@@ -181,7 +181,12 @@ class Search:
 
     def _loop(self, backend: Backend) -> None:
         pending: dict[Any, Pending] = {}  # by the backend's handle
-        promotions: list[tuple[int, int]] = []
+        promotions = self.promotion.owed(self.front)  # what a stopped search left undone
+        if promotions:
+            logger.info(
+                "promotion: measuring first what the stopped search sent up and never got back: %s",
+                ", ".join(f"trial {n} at rung {r}" for n, r in promotions),
+            )
         since_generation = 0
         total = self.config.search.trials
         while True:

@@ -46,6 +46,12 @@ class Promotion(ABC):
     def restore(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Take back what ``state`` returned before an interruption."""
 
+    def owed(self, front: Front) -> list[tuple[int, int]]:
+        """Promotions the strategy decided on and kept in ``state`` whose results never
+        came back (the search stopped while they were queued or running); a resumed
+        search runs them first. None by default."""
+        return []
+
     def between(self, front: Front, rungs: int) -> list[tuple[int, int]]:
         """Promotions that should not wait for the generation's end, asked after every
         finished evaluation; none by default."""
@@ -186,6 +192,21 @@ class SpreadPromotion(Promotion):
             for k, m in state.get("recovery", {}).items()
             if isinstance(m, Mapping)  # else a form before the curve: fitted again
         }
+
+    def owed(self, front: Front) -> list[tuple[int, int]]:
+        """The probes and the plans sent up on hope that have no result a rung up (a
+        failed one has an empty one): without them, a rung probed when the search
+        stopped would never learn its shortfall, and a hope would be spent unmeasured."""
+        decided = [(n, rung) for (rung, _), numbers in self._probes.items() for n in numbers]
+        decided += [(n, rung) for rung, numbers in self._hoped.items() for n in numbers]
+        owed = [
+            (number, rung + 1)
+            for number, rung in decided
+            if (rec := front.records.get(number)) is not None
+            and rec.state == "complete"
+            and rung + 1 not in rec.rungs
+        ]
+        return list(dict.fromkeys(owed))  # a probe may have been hoped for too
 
     def gap(self, rung: int, kind: str) -> float:
         """What ``rung`` is learnt to fall short of the next rung by for plans of

@@ -243,6 +243,22 @@ def test_what_promotion_learnt_survives_a_resume() -> None:
     assert again.take_notes() == []
 
 
+def test_probes_a_stopped_search_never_measured_are_owed_to_the_resumed_one() -> None:
+    front = _sized(SHORT)
+    first = SpreadPromotion(share=0.5)
+    first.start({"accuracy": 0.80, "size_bytes": 100.0})
+    probes = first.select(front, rungs=2)
+    assert probes and first.owed(front) == probes  # decided, not yet measured
+    front.records[probes[0][0]].rungs[1] = {"accuracy": 0.9}  # one came back; then a kill
+    again = SpreadPromotion(share=0.5)
+    again.start({"accuracy": 0.80, "size_bytes": 100.0})
+    again.restore(json.loads(json.dumps(first.state())))
+    assert again.owed(front) == probes[1:]
+    for n, _ in probes[1:]:
+        front.records[n].rungs[1] = {}  # a failed promotion counts as back
+    assert again.owed(front) == []
+
+
 @pytest.mark.parametrize(("share", "sent"), [(0.5, [6, 8]), (0.1, [6])])
 def test_plans_sent_up_on_hope_are_capped_by_the_share(share: float, sent: list[int]) -> None:
     # trials 6 and 8 are off rung 0's front (trial 9 outscores both, smaller)

@@ -273,6 +273,31 @@ def test_resume_after_an_interruption_loses_nothing(
     assert picked["metrics"]["accuracy"] == pytest.approx(printed["accuracy"].max())
 
 
+def test_a_promotion_a_stopped_search_never_measured_runs_on_resume(write_config, capsys) -> None:
+    """A kill while a plan sent up on hope is at the next rung leaves the study saying it
+    went up and no result for it there: the resumed search measures it first."""
+    import optuna
+
+    path = write_config(constraints=[])
+    first = run(path, progress=False)
+    study = optuna.load_study(study_name="tiny", storage=open_storage("frontier-optuna.journal"))
+    promoted = {
+        int(k.rsplit(".", 1)[1]) for k in study.user_attrs if k.startswith("frontier.rungs.")
+    }
+    waiting = [
+        t.number
+        for t in study.trials
+        if t.state.name == "COMPLETE" and t.number not in promoted | set(first.pareto.trial)
+    ]
+    assert waiting  # a plan off the front, measured at rung 0 only
+    state = {**study.user_attrs["frontier.promotion"], "hoped": {"0": waiting[:1]}}
+    study.set_user_attr("frontier.promotion", state)  # what the killed driver had saved
+    capsys.readouterr()
+    again = run(path, resume=True, progress="lines")
+    assert f"never got back: trial {waiting[0]} at rung 1" in capsys.readouterr().err
+    assert "1" in again.study.user_attrs[f"frontier.rungs.{waiting[0]}"]
+
+
 def test_resume_repairs_what_a_killed_driver_left_in_mlflow(write_config) -> None:
     # what a SIGKILL can leave: a trial run half written (RUNNING, no metrics), a front
     # member whose tag was never set, a trial never logged at all
