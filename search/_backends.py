@@ -23,7 +23,7 @@ from ._config import Config
 from ._registries import BACKENDS, backend_names, register_backend
 from ._storage import SearchError
 from ._trials import TrialResult, TrialRunner
-from ._workers import run_trial, run_trial_on_ray, set_worker_slot
+from ._workers import run_trial, run_trial_on_ray, set_worker_slot, sigint_blocked
 
 #: Ray must stay on loopback here; a real cluster's address comes from --address
 LOOPBACK_RAY_IP = "127.0.0.2"
@@ -127,11 +127,16 @@ class LocalProcesses(Backend):
         )
 
     def _start(self, job: Job) -> cf.Future[TrialResult]:
-        try:
-            future = self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
-        except cf.process.BrokenProcessPool:
-            self._pool = self._new_pool()
-            future = self._pool.submit(run_trial, self.config_json, self.tables, job.plan, job.rung)
+        args = (self.config_json, self.tables, job.plan, job.rung)
+        # the pool spawns its workers inside submit: they start with SIGINT blocked (a
+        # process inherits the mask) until their initializer ignores it, so a terminal's
+        # Ctrl-C while one still imports torch cannot kill it and break the pool
+        with sigint_blocked():
+            try:
+                future = self._pool.submit(run_trial, *args)
+            except cf.process.BrokenProcessPool:
+                self._pool = self._new_pool()
+                future = self._pool.submit(run_trial, *args)
         self._futures = [f for f in self._futures if not f.done()] + [future]
         return future
 

@@ -3,9 +3,10 @@ it, with the ``TrialRunner`` built once per worker process, config and accelerat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from frontier.spaces import Accelerator
@@ -19,12 +20,31 @@ _WORKER_SLOT = [0]
 _WORKER_CACHE: dict[tuple[str, Accelerator], TrialRunner] = {}
 
 
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """While entered, SIGINT waits (blocked in this thread) instead of arriving; a
+    process started meanwhile inherits the block. A Ctrl-C held back is delivered on
+    exit. A no-op where the platform has no signal masks."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def set_worker_slot(counter: Any) -> None:
     """A ``--workers N`` process's initializer: take the next slot of ``counter`` (a
     shared ``multiprocessing.Value``), which picks its GPU round-robin. It ignores
     Ctrl-C, which a terminal sends to every worker too: the driver decides
-    (``_interrupt``), and an idle worker interrupted would break the pool."""
+    (``_interrupt``), and an idle worker interrupted would break the pool. The worker
+    started with SIGINT blocked (``sigint_blocked``): a Ctrl-C pending since is dropped
+    as the block lifts."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     with counter.get_lock():
         _WORKER_SLOT[0] = counter.value
         counter.value += 1
