@@ -106,7 +106,8 @@ def test_lut_workflow(tmp_path, capsys, monkeypatch) -> None:
     assert report["samples"] == 4 and (out / "validation.png").exists()
     # the report names the calibration it used (8 calibration models: one was picked by CV)
     cal = report["calibration"]
-    assert cal["method"] == min(cal["cv_mape"], key=cal["cv_mape"].get)
+    # (the report rounds each MAPE to 4 places: a blend within 0.00005 of its part ties)
+    assert cal["cv_mape"][cal["method"]] <= min(cal["cv_mape"].values()) + 1e-4
     # the figures are kept with the table
     assert main(["lut", "show", "pi"]) == 0
     kept = json.loads(capsys.readouterr().out)["quality"]["validation"]
