@@ -20,10 +20,11 @@ from types import ModuleType
 from typing import Any
 
 from ._config import Config
+from ._interrupt import sigint_blocked
 from ._registries import BACKENDS, backend_names, register_backend
 from ._storage import SearchError
 from ._trials import TrialResult, TrialRunner
-from ._workers import run_trial, run_trial_on_ray, set_worker_slot, sigint_blocked
+from ._workers import run_trial, run_trial_on_ray, set_worker_slot
 
 #: Ray must stay on loopback here; a real cluster's address comes from --address
 LOOPBACK_RAY_IP = "127.0.0.2"

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 
 #: what the first Ctrl-C prints (straight to the terminal: a signal handler takes no lock)
@@ -22,6 +23,8 @@ STOPPING = (
     b"\nfrontier: stopping once the running trials finish (they are saved); "
     b"Ctrl-C again stops at once (they are lost, and --resume runs them again)\n"
 )
+#: whether this platform has per-thread signal masks (POSIX)
+_MASKS = hasattr(signal, "pthread_sigmask")
 
 
 class StopRequest:
@@ -59,3 +62,26 @@ class StopRequest:
         self.requested = True
         with contextlib.suppress(OSError):  # no stderr: the loop still stops
             os.write(2, STOPPING)
+
+
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """While entered, SIGINT waits (blocked in this thread) instead of arriving; a
+    process started meanwhile inherits the block until it calls ``ignore_sigint``. A
+    Ctrl-C held back is delivered on exit. A no-op where the platform has no masks."""
+    if not _MASKS:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_sigint() -> None:
+    """Ignore SIGINT from now on, in a process started inside ``sigint_blocked``: the
+    block lifts after, dropping a Ctrl-C pending since the process started."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _MASKS:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -3,36 +3,20 @@ it, with the ``TrialRunner`` built once per worker process, config and accelerat
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from frontier.spaces import Accelerator
 
 from ._accelerator import ray_gpus, resolve
 from ._config import Config, config_from_json
+from ._interrupt import ignore_sigint
 from ._trials import TrialResult, TrialRunner
 
 #: this worker process's slot (``LocalProcesses`` numbers its workers 0, 1, ...)
 _WORKER_SLOT = [0]
 _WORKER_CACHE: dict[tuple[str, Accelerator], TrialRunner] = {}
-
-
-@contextlib.contextmanager
-def sigint_blocked() -> Iterator[None]:
-    """While entered, SIGINT waits (blocked in this thread) instead of arriving; a
-    process started meanwhile inherits the block. A Ctrl-C held back is delivered on
-    exit. A no-op where the platform has no signal masks."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def set_worker_slot(counter: Any) -> None:
@@ -42,9 +26,7 @@ def set_worker_slot(counter: Any) -> None:
     (``_interrupt``), and an idle worker interrupted would break the pool. The worker
     started with SIGINT blocked (``sigint_blocked``): a Ctrl-C pending since is dropped
     as the block lifts."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    ignore_sigint()
     with counter.get_lock():
         _WORKER_SLOT[0] = counter.value
         counter.value += 1
