@@ -899,6 +899,41 @@ def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def reprice_section(result: dict[str, Any]) -> list[str]:
+    """Scenario runs' fronts priced again on one table (``bench_reprice.py``): were the
+    runs apart, or only the tables they were priced on?"""
+    table = result.get("table") or {}
+    rows = [
+        {
+            "run logged": run["logged"][:16].replace("T", " "),
+            "commit": run["rev"],
+            "top-rung feasible": run["candidates"],
+            "HV as logged": run["hypervolume_logged"],
+            "HV on one table": run["hypervolume_one_table"],
+            "latency there / logged (median)": run["latency_one_table_vs_logged_median"],
+        }
+        for run in result.get("runs", [])
+    ]
+    if not rows:
+        return []
+    return [
+        f"### {result['scenario']}'s runs on one table (`benchmarks/bench_reprice.py`)",
+        "",
+        "Every top-rung feasible trial each run logged, its plan priced again on one "
+        f"{table.get('device')} table (bundle {table.get('bundle')}, measured "
+        f"{str(table.get('measured'))[:16].replace('T', ' ')}; baseline "
+        f"{table.get('baseline_latency_ms', float('nan')):.2f} ms) with its logged "
+        "validation accuracy and size; the hypervolume computed as the search does. "
+        "Nothing trained or timed again. The table as it stands holds "
+        f"{table.get('learned_models', '?')} learnt front members (every space's; a "
+        "search's front joins its table when it ends), so a run's latencies priced "
+        "there differ from those it logged, its own too.",
+        "",
+        md_table(pd.DataFrame(rows), 4),
+        "",
+    ]
+
+
 def _pair(a: Any, b: Any) -> str:
     return " / ".join(_num(v, "{:.4f}") for v in (a, b))
 
@@ -1143,6 +1178,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("runtimes.json", runtimes_section),
         ("learn.json", learn_section),
         ("scenarios.json", scenario_runs_section),
+        ("reprice-text-student.json", reprice_section),
         ("search.json", search_methods_section),
     ):
         path = logs / filename
