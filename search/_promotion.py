@@ -314,12 +314,38 @@ class SpreadPromotion(Promotion):
         for kind, plans in self._kinds(front, rung).items():
             if (rung, kind) in self._probes:
                 self._gap(front, rung, kind, accuracy)
+            elif (rung, kind) in self.shortfall:
+                continue  # learnt from the plans the quota promoted (_learn_promoted)
             elif len(plans) >= self.probes and (not early or self._hopeless(front, rung, plans)):
                 probes = self._probe(front, rung, kind, plans, accuracy)
                 if not probes and not early:
                     probes = self._probe_hopeful(front, rung, kind, plans, accuracy)
+                if not probes and not early:
+                    self._learn_promoted(front, rung, kind, accuracy)
                 out += probes
         return out
+
+    def _learn_promoted(
+        self, front: Front, rung: int, kind: str, accuracy: list[Constraint]
+    ) -> None:
+        """Where ``rung`` needed no probe for ``kind`` (enough of its plans feasible
+        there, ``slack`` counted, and none near enough to send up on hope) but ``probes``
+        or more of those the quota promoted are back from a rung up and gained more than
+        ``MIN_SHORTFALL`` there: they are the probes. Without this the front, and the
+        sampler with it, judged such plans at the rung's own accuracy for the whole
+        search, though the rung was known to underrate them (text-student, 2026-12-06:
+        8 promoted students gained 0.05-0.07 against a margin of 0.041, and the sampler
+        never proposed a student cheaper than the one it picked)."""
+        gain, seen = self._promoted_gap(front, rung, kind)
+        if seen < self.probes or gain <= MIN_SHORTFALL:
+            return
+        promoted = [r.number for r in self._of_kind(front, rung, kind) if _pairs(rung, [r])]
+        self.notes.append(
+            f"{_plural(kind)} promoted from rung {rung} gained {gain:.3f} accuracy at rung "
+            f"{rung + 1} (75th percentile of {seen}): learning rung {rung}'s shortfall for "
+            "them from those plans (search.fidelity.adapt)"
+        )
+        self._gap(front, rung, kind, accuracy, promoted)
 
     def _promoted_gap(self, front: Front, rung: int, kind: str) -> tuple[float, int]:
         """What the compressed plans of ``kind`` already measured at ``rung`` and a rung
@@ -378,19 +404,28 @@ class SpreadPromotion(Promotion):
         loose = self._candidates(front)
         return not any(loose.judge(r, rung) for r in plans)
 
-    def _gap(self, front: Front, rung: int, kind: str, accuracy: list[Constraint]) -> None:
-        """Once the probes of ``rung`` for ``kind`` are back: the shortfall they show
-        (75th percentile of their gains a rung up), and whether it blinds the rung."""
+    def _gap(
+        self,
+        front: Front,
+        rung: int,
+        kind: str,
+        accuracy: list[Constraint],
+        promoted: list[int] | None = None,
+    ) -> None:
+        """Once the probes of ``rung`` for ``kind`` (or the ``promoted`` plans that stand
+        for them) are back: the shortfall they show (75th percentile of their gains a
+        rung up), and whether it blinds the rung."""
         if (rung, kind) in self.shortfall:
             return  # learnt already
-        probes = self._probes[rung, kind]
+        probes = self._probes[rung, kind] if promoted is None else promoted
         if any(rung + 1 not in front.records[n].rungs for n in probes):
             return  # some are still being measured (a failed one counts as back)
         gains = _gains(rung, [front.records[n] for n in probes])
         if not gains:
             return
         gap = float(np.percentile(gains, 75))
-        plans = f"{len(gains)} probed {_plural(kind)}"
+        how = "probed" if promoted is None else "promoted"
+        plans = f"{len(gains)} {how} {_plural(kind)}"
         if gap <= MIN_SHORTFALL:
             self.notes.append(
                 f"rung {rung} agrees with rung {rung + 1} within {MIN_SHORTFALL} accuracy on "

@@ -224,6 +224,47 @@ def test_near_misses_are_not_probed_where_promoted_plans_gain_little() -> None:
     assert promotion.take_notes() == [] and promotion.shortfall == {}
 
 
+# text-student, 2026-12-06: every student scores 0.72-0.75 at rung 0 against a bound of
+# 0.776 (the teacher's 0.817 less 0.041), inside the 10% slack; those promoted gain ~0.06
+STUDENTS = {0: (0.817, 100.0), 1: (0.75, 60.0), 2: (0.745, 50.0), 3: (0.74, 40.0),
+            4: (0.735, 30.0), 5: (0.73, 20.0), 6: (0.72, 15.0)}  # fmt: skip
+
+
+def test_plans_the_share_promoted_teach_a_rung_the_slack_left_unprobed() -> None:
+    """Slack lets every student go up, so rung 0 is never probed for want of feasible
+    plans, and none is near enough to send up on hope: the front (and the sampler, which
+    judges plans by it) would rule every student out at rung 0 for the whole search.
+    The students the share promoted came back 0.06 up, over the 0.041 margin: they
+    teach rung 0's shortfall, and a student is then judged at what it will reach."""
+    front = Front(
+        {
+            n: TrialRecord(n, {}, {"n": n}, "complete", rungs={0: {"accuracy": a, "size_bytes": b}})
+            for n, (a, b) in STUDENTS.items()
+        },
+        [ACC, SIZE],
+        [Constraint("accuracy", ">=", 0.776)],
+    )
+    promotion = SpreadPromotion(share=0.5, slack=0.1, toward="size_bytes")
+    promotion.start({"accuracy": 0.817, "size_bytes": 100.0})
+    sent = promotion.select(front, rungs=2)
+    assert promotion.take_notes() == [] and promotion.shortfall == {}
+    assert not front.judge(front.records[6], 0)  # 0.72 is ruled out at rung 0
+    for n, _ in sent:
+        front.records[n].rungs[1] = {"accuracy": STUDENTS[n][0] + 0.06}
+    front.changed()
+    promotion.select(front, rungs=2)
+    notes = promotion.take_notes()
+    assert "promoted from rung 0 gained 0.060 accuracy at rung 1 (75th percentile of 4)" in notes[0]
+    assert (
+        "(75th percentile of 4 promoted compressed plans), more than the accuracy bound's margin of 0.041"
+        in notes[1]
+    )
+    assert promotion.shortfall[0, "other"] == pytest.approx(0.06)
+    assert front.judge(front.records[6], 0)  # 0.72 + 0.06 meets 0.776
+    promotion.select(front, rungs=2)
+    assert not any("gained" in note for note in promotion.take_notes())  # learnt once
+
+
 def test_what_promotion_learnt_survives_a_resume() -> None:
     front = _sized(SHORT)
     first = SpreadPromotion(share=0.5)
