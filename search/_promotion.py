@@ -101,7 +101,10 @@ class SpreadPromotion(Promotion):
     way once the plans of that kind promoted from it by the quota gained more than
     ``MIN_SHORTFALL`` a rung up and near misses would, with that gain, meet the bound
     and join the rung's front (``_probe_hopeful``): the rung's verdict on them is not
-    known to hold. ``notes`` says what was done and why.
+    known to hold. Where no such plan is left to send (with ``slack`` every plan may
+    pass as a candidate), ``probes`` or more plans the quota promoted that gained more
+    than ``MIN_SHORTFALL`` stand for the probes (``_learn_promoted``). ``notes`` says
+    what was done and why.
 
     The search need not wait a generation for this: once ``2 * probes`` compressed plans
     of a kind are measured at a rung and none of them is feasible there, the probes go
