@@ -124,10 +124,7 @@ def main() -> int:
             "baseline_latency_ms": base_costs[latency],
             # measured front members the table has learnt (``tracking.learn_front``),
             # every space's: a run's own front joins the table when it ends
-            "learned_models": sum(
-                r.key.startswith("front-")
-                for r in runner.tables[device].whole_models("calibration")
-            ),
+            "learned_models": runner.tables[device].meta.get("learned_models", 0),
         },
         "runs": runs,
     }

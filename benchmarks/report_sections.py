@@ -1166,7 +1166,7 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
 def logged_sections(logs: Path) -> list[str]:
     """The part of the report rendered from the logs of benchmarks run on their own."""
     lines = [LOGGED_MARKER, ""]
-    for filename, section in (
+    for pattern, section in (
         ("latency-trust.json", latency_trust_section),
         ("residuals.json", residuals_section),
         ("own-calibration.json", own_calibration_section),
@@ -1178,11 +1178,10 @@ def logged_sections(logs: Path) -> list[str]:
         ("runtimes.json", runtimes_section),
         ("learn.json", learn_section),
         ("scenarios.json", scenario_runs_section),
-        ("reprice-text-student.json", reprice_section),
+        ("reprice-*.json", reprice_section),  # bench_reprice.py: one file a scenario
         ("search.json", search_methods_section),
     ):
-        path = logs / filename
-        if path.exists():
+        for path in sorted(logs.glob(pattern)):
             lines += section(json.loads(path.read_text()))
     own = sorted(logs.glob("own-model-*.json"))
     if own:
