@@ -899,6 +899,47 @@ def scenario_runs_section(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def baseline_threads_section(result: dict[str, Any]) -> list[str]:
+    """Seconds a baseline training step at one thread and at the driver's threads,
+    idle and beside busy processes (``bench_baseline_threads.py``)."""
+    rows = []
+    for run in result.get("runs", []):
+        n = str(run["driver_threads"])
+        busy = next((k for k in run if k.startswith("beside_")), None)
+        rows.append(
+            {
+                "scenario": run["scenario"],
+                "steps": run["steps_per_baseline"],
+                "idle, 1 thread (s/step)": run["idle"]["1"]["step_s_median"],
+                f"idle, {n} (s/step)": run["idle"][n]["step_s_median"],
+                "baseline at 1 / " + n + " (min)": (
+                    f"{run['baseline_minutes_idle']['1']:.0f} / "
+                    f"{run['baseline_minutes_idle'][n]:.0f}"
+                ),
+                "busy, 1 / " + n + " (s/step)": (
+                    "-"
+                    if busy is None
+                    else f"{run[busy]['1']['step_s_median']:.2f} / "
+                    f"{run[busy][n]['step_s_median']:.2f}"
+                ),
+            }
+        )
+    if not rows:
+        return []
+    return [
+        "### A baseline the search trains: its threads (`benchmarks/bench_baseline_threads.py`)",
+        "",
+        f"Training steps of each scenario's baseline model as its recipe runs them "
+        f"(medians of {result['repeats']} timings of {result['steps_per_timing']} steps, "
+        f"alternated; {result['date'][:16].replace('T', ' ')}, {result['commit']}). The "
+        "driver now trains on the cores its trials will share (`backend.workers` x "
+        "`threads_per_trial`); busy: beside two busy-looping processes.",
+        "",
+        md_table(pd.DataFrame(rows), 3),
+        "",
+    ]
+
+
 def reprice_section(result: dict[str, Any]) -> list[str]:
     """Scenario runs' fronts priced again on one table (``bench_reprice.py``): were the
     runs apart, or only the tables they were priced on?"""
@@ -1180,6 +1221,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("scenarios.json", scenario_runs_section),
         ("reprice-*.json", reprice_section),  # bench_reprice.py: one file a scenario
         ("search.json", search_methods_section),
+        ("baseline-threads.json", baseline_threads_section),
     ):
         for path in sorted(logs.glob(pattern)):
             lines += section(json.loads(path.read_text()))

@@ -158,7 +158,7 @@ def prepare(config: Config, store: Any, resume: bool) -> TrialRunner:
         check_ray_address(address)
     check_local_devices(config)
     logger.info("building the %s task and space ...", config.name)
-    evaluation = TrialRunner(config, store=store, check_teacher=not resume)
+    evaluation = TrialRunner(config, store=store, check_teacher=not resume, driver=True)
     for w in evaluation.warnings:
         logger.warning(w)
     for note in evaluation.notes:

@@ -208,7 +208,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers must be at least 1, got {workers}")
     out = writable(Path(args.out), "the sensitivity table (--out)")
     writable(cache_dir(), "the sensitivity cache ($FRONTIER_CACHE_DIR)")
-    evaluation = TrialRunner(config)
+    evaluation = TrialRunner(config, driver=True)
     if args.rung not in evaluation.rungs:
         raise UsageError(f"--rung must be one of the config's rungs {evaluation.rungs}")
     rung = args.rung  # by name: every metric at that fidelity, on any worker

@@ -3,6 +3,8 @@ chance-level baseline stops the search with a message instead of a meaningless f
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -12,6 +14,7 @@ import torch
 from torch import nn
 
 from frontier.evaluators import EvaluationError, measure_accuracy
+from frontier.search import run
 from frontier.search.cli import main
 
 MODULE = textwrap.dedent(
@@ -42,6 +45,17 @@ MODULE = textwrap.dedent(
     class Raising(DigitsTask):
         def baseline(self):
             raise RuntimeError("weights file is corrupt")
+
+
+    THREADS_SEEN = []
+
+
+    class ThreadsSeen(DigitsTask):
+        def baseline(self):
+            import torch
+
+            THREADS_SEEN.append(torch.get_num_threads())
+            return super().baseline()
     """
 )
 
@@ -152,3 +166,23 @@ def test_a_trained_baseline_gets_no_hint(write_config, capsys) -> None:
     )
     assert main(["search", str(path), "--no-progress"]) == 0
     assert "under-trained" not in "".join(capsys.readouterr())
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_driver_trains_a_baseline_on_the_cores_its_trials_will_share(
+    write_config, user_tasks
+) -> None:
+    """A search with two local workers of one thread each trains its baseline in the
+    driver on two threads, not one: ResNet-50's took 44 minutes instead of about 25
+    on this 2-core machine (benchmarks/bench_baseline_threads.py). Its trials keep
+    their one thread each."""
+    before = torch.get_num_threads()
+    path = write_config(
+        task={"name": f"{user_tasks}:ThreadsSeen", "options": {"model": "mlp"}},
+        search={"trials": 2, "population": 2},
+        backend={"workers": 2, "threads_per_trial": 1},
+    )
+    result = run(path, progress=False)
+    assert importlib.import_module(user_tasks).THREADS_SEEN == [2]  # the driver's call
+    assert torch.get_num_threads() == before  # the driver's own threads given back
+    assert list(result.trials["state"]) == ["complete"] * 2
