@@ -940,17 +940,24 @@ def baseline_threads_section(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _run_start(note: str) -> str:
+    """``YYYY-MM-DD HH:MM`` where a scenario row's note starts with the run's time."""
+    found = re.match(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2})", note)
+    return found.group(1) if found else ""
+
+
 def reprice_section(result: dict[str, Any]) -> list[str]:
     """Scenario runs' fronts priced again on one table (``bench_reprice.py``): were the
     runs apart, or only the tables they were priced on?"""
     table = result.get("table") or {}
     rows = [
         {
-            "run logged": run["logged"][:16].replace("T", " "),
-            "commit": run["rev"],
+            # the run's own start where its note gives it, else the commit's date
+            "run": _run_start(run.get("note") or "") or run["logged"][:16].replace("T", " "),
+            "row logged at": run["rev"],
             "top-rung feasible": run["candidates"],
-            "HV as logged": run["hypervolume_logged"],
-            "HV on one table": run["hypervolume_one_table"],
+            "HV as logged": f"{run['hypervolume_logged']:.4f}",
+            "HV on one table": f"{run['hypervolume_one_table']:.4f}",
             "latency there / logged (median)": run["latency_one_table_vs_logged_median"],
         }
         for run in result.get("runs", [])
