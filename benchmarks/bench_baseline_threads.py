@@ -1,5 +1,5 @@
 """A baseline the search trains: seconds a training step at one thread against the
-threads the driver now gives it (``search_threads``: the cores its trials will share).
+threads the driver now gives it (the cores its trials will share).
 
 A search trains its task's baseline in the driver, before any trial, when the cache is
 cold: on a newcomer's first run of ``resnet50-edge`` that is the longest step. This
@@ -19,6 +19,7 @@ import argparse
 import datetime as dt
 import json
 import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -72,11 +73,12 @@ def scenario(name: str, steps: int, repeats: int, load: int) -> dict[str, Any]:
 
     from frontier.experiments import build_task
     from frontier.search import load_config
-    from frontier.search._trials import search_threads
 
     config = load_config(name)
-    driver = search_threads(config)
-    if driver is None or driver == 1:
+    # as the driver trains it: backend.workers x threads_per_trial, at most the cores
+    per_trial = config.backend.threads_per_trial or 1
+    driver = min(config.backend.workers * per_trial, len(os.sched_getaffinity(0)))
+    if driver == 1:
         raise SystemExit(
             f"{name}: the driver trains on {driver} thread(s) here; nothing to compare"
         )
