@@ -617,7 +617,8 @@ OWN_FIRST_TRIAL_S = 300
 
 
 def _own_verdict(members_met: bool, first_trial_s: float | None) -> str:
-    """Both targets of an own-model run: the compressed members, the first trial."""
+    """Both targets of an own-model run: the compressed members, the first trial
+    (``first_trial_s``: Frontier's part, the user's own training taken off)."""
     late = first_trial_s is not None and first_trial_s > OWN_FIRST_TRIAL_S
     if members_met and not late:
         return "met"
@@ -654,7 +655,8 @@ def own_models_section(runs: list[dict[str, Any]]) -> list[str]:
             f"{r['baseline']['accuracy']:.4f} | {r['accuracy_bound']:.4f} | "
             f"{r['compressed_members']} ({r['compressed_members_at_full_rung']}) | {within} | "
             f"{'-' if first is None else f'{first:.0f} s ({train:.0f} s)'} | "
-            f"{r['wall_s']:.0f} s | {_own_verdict(r['met'], first)} |"
+            f"{r['wall_s']:.0f} s | "
+            f"{_own_verdict(r['met'], None if first is None else first - train)} |"
         )
         if r.get("partial"):
             notes.append(f"{r['config']}: partial run, {r['partial']}")
