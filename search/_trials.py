@@ -80,7 +80,7 @@ def search_threads(config: Config) -> int | None:
     baseline on a cold cache): the cores its trials will share, ``backend.workers`` x
     ``threads_per_trial``, at most the cores this process may run on. None where
     ``threads_per_trial`` is None (torch's default). ResNet-50's baseline on this 2-core
-    machine: 1.46-1.77 s a step on one thread, 0.86-0.91 on two."""
+    machine: 1.75 s a step on one thread, 0.95 on two (bench_baseline_threads.py)."""
     per_trial = config.backend.threads_per_trial
     if per_trial is None:
         return None

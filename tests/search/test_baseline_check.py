@@ -173,9 +173,9 @@ def test_the_driver_trains_a_baseline_on_the_cores_its_trials_will_share(
     write_config, user_tasks
 ) -> None:
     """A search with two local workers of one thread each trains its baseline in the
-    driver on two threads, not one: ResNet-50's took 44 minutes instead of about 25
-    on this 2-core machine (benchmarks/bench_baseline_threads.py). Its trials keep
-    their one thread each."""
+    driver on two threads, not one: on one, ResNet-50's would take about 44 minutes
+    on this 2-core machine, where two took 26 (benchmarks/bench_baseline_threads.py).
+    The driver's own threads are given back, and the trials complete."""
     before = torch.get_num_threads()
     path = write_config(
         task={"name": f"{user_tasks}:ThreadsSeen", "options": {"model": "mlp"}},
