@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import multiprocessing
-import os
 import statistics
 import subprocess
 import sys
@@ -27,12 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_threads import busy_processes
+
 HERE = Path(__file__).resolve().parent
-
-
-def _busy() -> None:
-    while True:
-        pass
 
 
 def _step_s(model: Any, opt: Any, x: Any, y: Any, steps: int) -> float:
@@ -72,13 +67,11 @@ def scenario(name: str, steps: int, repeats: int, load: int) -> dict[str, Any]:
     import torch
 
     from frontier.experiments import build_task
-    from frontier.search import load_config
+    from frontier.search import load_config, search_threads
 
     config = load_config(name)
-    # as the driver trains it: backend.workers x threads_per_trial, at most the cores
-    per_trial = config.backend.threads_per_trial or 1
-    driver = min(config.backend.workers * per_trial, len(os.sched_getaffinity(0)))
-    if driver == 1:
+    driver = search_threads(config)
+    if driver is None or driver == 1:
         raise SystemExit(
             f"{name}: the driver trains on {driver} thread(s) here; nothing to compare"
         )
@@ -102,15 +95,8 @@ def scenario(name: str, steps: int, repeats: int, load: int) -> dict[str, Any]:
     out["idle"] = measure(model, x, y, counts, steps, repeats)
     print(f"idle: {out['idle']}", file=sys.stderr)
     if load:
-        procs = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(load)]
-        for p in procs:
-            p.start()
-        try:
+        with busy_processes(load):
             out[f"beside_{load}_busy"] = measure(model, x, y, counts, steps, repeats)
-        finally:
-            for p in procs:
-                p.terminate()
-                p.join()
         print(f"beside {load} busy: {out[f'beside_{load}_busy']}", file=sys.stderr)
     idle = out["idle"]
     ratio = idle["1"]["step_s_median"] / idle[str(driver)]["step_s_median"]

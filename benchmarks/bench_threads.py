@@ -15,6 +15,7 @@ Run: python benchmarks/bench_threads.py [--trials 40] [--load 6] [--threads 1 2]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -23,12 +24,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
 def _busy() -> None:
     while True:
         pass
+
+
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` busy-looping processes beside the block (a machine others keep busy)."""
+    procs = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(count)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join()
 
 
 def _search(trials: int, threads: int, root: Path, env: dict[str, str]) -> dict[str, float]:
@@ -71,10 +87,7 @@ def main() -> None:
     _search(2, 1, root, env)
     rows = []
     for load in (0, args.load):
-        workers = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(load)]
-        for w in workers:
-            w.start()
-        try:
+        with busy_processes(load):
             for threads in args.threads:
                 row = {
                     "load": load,
@@ -83,9 +96,6 @@ def main() -> None:
                 }
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-        finally:
-            for w in workers:
-                w.terminate()
     out = {
         "trials": args.trials,
         "cores": os.cpu_count(),

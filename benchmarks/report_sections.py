@@ -914,11 +914,11 @@ def baseline_threads_section(result: dict[str, Any]) -> list[str]:
                 "steps": run["steps_per_baseline"],
                 "idle, 1 thread (s/step)": run["idle"]["1"]["step_s_median"],
                 f"idle, {n} (s/step)": run["idle"][n]["step_s_median"],
-                "baseline at 1 / " + n + " (min)": (
+                f"baseline at 1 / {n} (min)": (
                     f"{run['baseline_minutes_idle']['1']:.0f} / "
                     f"{run['baseline_minutes_idle'][n]:.0f}"
                 ),
-                "busy, 1 / " + n + " (s/step)": (
+                f"busy, 1 / {n} (s/step)": (
                     "-"
                     if busy is None
                     else f"{run[busy]['1']['step_s_median']:.2f} / "

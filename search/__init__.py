@@ -57,7 +57,7 @@ from ._storage import (
 )
 from ._timing import Timing, promotion_savings
 from ._tracking import Tag, find_search, front_frame, metrics_of
-from ._trials import TrialResult, TrialRunner
+from ._trials import TrialResult, TrialRunner, search_threads
 from ._view import SearchAware, SearchView
 
 __all__ = [
@@ -121,6 +121,7 @@ __all__ = [
     "register_sampler",
     "run",
     "sampler_names",
+    "search_threads",
     "sensitivity",
     "sensitivity_choices",
     "shipped_modules",
