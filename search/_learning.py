@@ -2,8 +2,12 @@
 ``tracking.learn_front``; ``frontier search --no-learn`` keeps the tables fixed).
 
 When a search ends, each front member is timed on the devices measured here by the
-timing protocol, beside its predicted latency (``latency_measured_ms@DEVICE`` on its
-run, the median gap ``latency_error@DEVICE`` on the parent). Those are whole models
+timing protocol, beside its predicted latency and the uncompressed model
+(``latency_measured_ms@DEVICE`` on its run; ``baseline_latency_measured_ms@DEVICE`` and
+the median gap ``latency_error@DEVICE`` on the parent). The gap compares speed-ups over
+the uncompressed model (``prediction_ratio``): a machine that runs faster or slower now
+than when its table was built moves every latency in ms alike, and is said apart from
+how well the table predicts. Those are whole models
 exactly where the search went, so they are then added to the stored table as
 calibration models (``latency_models.learn``): the next search on that table predicts
 from a calibration that includes them. What that changed (models added, the table's
@@ -18,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._log import logger
-from ._tracking import MEASURED_PREFIX, PREDICTION_TOLERANCE
+from ._tracking import MEASURED_PREFIX, PREDICTION_TOLERANCE, prediction_ratio
 
 
 def measure_front(
@@ -57,30 +61,43 @@ def measure_front(
     if not stats:
         return
     measured = [st["median_ms"] for st in stats]
+    now_base = float(np.median([st["baseline_ms"] for st in stats]))
+    table_base = ev.setup.latency[device].predict(ev.teacher, CompressionPlan())
+    # the uncompressed model's latency by the table over its latency beside the members
+    scale = table_base.latency_ms / now_base
+    tracker.log_metrics(parent, {f"baseline_{MEASURED_PREFIX}{device}": now_base})
     gaps = []
     for n, ms in zip(members, measured, strict=True):
         rec = search.records[n]
         predicted = rec.values().get(f"latency_ms@{device}")
         tracker.log_metrics(rec.run_id, {f"{MEASURED_PREFIX}{device}": ms})
         if predicted:
-            gaps.append(abs(predicted / ms - 1))
+            gaps.append(abs(prediction_ratio(predicted, ms, scale) - 1))
             off = " (off by more than 10%)" if gaps[-1] > PREDICTION_TOLERANCE else ""
             logger.info(
-                "trial %d on %s: predicted %.4g ms, measured %.4g ms%s",
-                n, device, predicted, ms, off,
+                "trial %d on %s: predicted %.4g ms, measured %.4g ms; %.2fx the "
+                "uncompressed model's speed predicted, %.2fx measured beside it%s",
+                n, device, predicted, ms, table_base.latency_ms / predicted, now_base / ms, off,
             )  # fmt: skip
     if gaps:
         median = float(np.median(gaps))
         tracker.log_metrics(parent, {f"latency_error@{device}": median})
         logger.info(
-            "%s: %d front members measured, median |predicted/measured - 1| %.1f%%",
+            "%s: %d front members measured, median |predicted/measured - 1| %.1f%% of "
+            "their speed-ups over the uncompressed model",
             device, len(gaps), 100 * median,
         )  # fmt: skip
+    if table_base.measured_at and abs(scale - 1) > PREDICTION_TOLERANCE:
+        logger.info(
+            "%s: the uncompressed model ran in %.4g ms here now, %.4g ms when the table "
+            "timed it: this machine runs %.2fx %s now. Latencies in ms move with it; the "
+            "gaps above compare speed-ups over it, which do not",
+            device, now_base, table_base.latency_ms, max(scale, 1 / scale),
+            "faster" if scale > 1 else "slower",
+        )  # fmt: skip
     if learn:  # stated against the table's own measurement of the uncompressed model
-        table_base = ev.setup.latency[device].predict(ev.teacher, CompressionPlan())
-        now_base = float(np.median([st["baseline_ms"] for st in stats]))
-        scale = table_base.latency_ms / now_base if table_base.measured_at else 1.0
-        learned = {n: ms * scale for n, ms in zip(members, measured, strict=True)}
+        factor = scale if table_base.measured_at else 1.0
+        learned = {n: ms * factor for n, ms in zip(members, measured, strict=True)}
         learn_front(search, learned, device)
 
 

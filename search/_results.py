@@ -25,7 +25,9 @@ from ._tracking import (
     Tag,
     find_search,
     front_frame,
+    metric_key,
     metrics_of,
+    prediction_ratio,
     resolve_uri,
     trial_params,
 )
@@ -138,17 +140,29 @@ def with_params(frame: pd.DataFrame, uri: str, parent: Any, patterns: str) -> pd
     return frame
 
 
-def latency_checks(frame: pd.DataFrame) -> pd.DataFrame:
+def latency_checks(frame: pd.DataFrame, parent: Any = None) -> pd.DataFrame:
     """``frame`` with ``pred/meas@DEVICE`` (predicted over measured latency) for each
     device whose front members were measured at the end of the search; a ratio more than
-    10% from 1 is marked ``!``."""
+    10% from 1 is marked ``!``. Where ``parent`` (the search's run) holds the
+    uncompressed model's latency timed beside them, each measurement is stated in the
+    table's time first (``prediction_ratio``): the ratio compares speed-ups, so a machine
+    faster or slower now than when its table was built moves none."""
+    baseline = json.loads(parent.data.tags.get(Tag.BASELINE, "{}")) if parent else {}
     frame = frame.copy()
     for column in [c for c in frame.columns if c.startswith(MEASURED_PREFIX)]:
         device = column.removeprefix(MEASURED_PREFIX)
         predicted = f"latency_ms@{device}"
         if predicted not in frame.columns:
             continue
-        ratio = frame[predicted] / frame[column]
+        now_base = (
+            parent.data.metrics.get(metric_key(f"baseline_{MEASURED_PREFIX}{device}"))
+            if parent
+            else None
+        )
+        table_base = baseline.get(predicted)
+        scale = table_base / now_base if now_base and table_base else 1.0
+        pairs = zip(frame[predicted], frame[column], strict=True)
+        ratio = [prediction_ratio(p, m, scale) for p, m in pairs]
         frame[f"pred/meas@{device}"] = [
             "" if r != r else f"{r:.2f}" + (" !" if abs(r - 1) > PREDICTION_TOLERANCE else "")
             for r in ratio

@@ -90,6 +90,15 @@ class TrackingError(ValueError):
     """A search, run or artifact is not where the user said; the message says what is."""
 
 
+def prediction_ratio(predicted_ms: float, measured_ms: float, scale: float) -> float:
+    """A table's prediction over a measurement of the same model, the measurement
+    stated in the table's time: ``scale`` is the uncompressed model's latency by the
+    table over its latency timed beside the measurement. So a machine that runs
+    everything faster or slower than when its table was built moves no ratio: what is
+    compared is the speed-up over the uncompressed model, predicted against measured."""
+    return predicted_ms / (measured_ms * scale)
+
+
 def metric_key(name: str) -> str:
     """MLflow's name for an objective: it forbids ``@``, so ``latency_ms@pi4`` is
     logged as ``latency_ms/pi4``."""

@@ -92,7 +92,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             f"constraints {parent.data.tags.get(Tag.CONSTRAINTS, '[]')}"
         )
         hidden = [] if args.all else ["pareto", "state", "feasible"]
-        shown = latency_checks(frame).drop(columns=hidden, errors="ignore")
+        shown = latency_checks(frame, parent).drop(columns=hidden, errors="ignore")
         print(shown.to_string(index=False) if not frame.empty else "(no model matches)")
     return 0
 
