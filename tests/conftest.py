@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,17 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Device tables the tests measure (and learn into) stay out of the user's own store.
     os.environ["FRONTIER_DATA_DIR"] = str(tmp_path_factory.mktemp("frontier-data"))
     return path
+
+
+@pytest.fixture
+def sigint_as_at_a_terminal() -> Iterator[None]:
+    """SIGINT as a terminal's foreground process gets it (Python's KeyboardInterrupt
+    handler). A shell's background job starts with SIGINT ignored, and Python then
+    leaves it ignored: a test of Ctrl-C run that way (``pytest &``, CI under nohup)
+    must not inherit it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 class SmallCNN(nn.Module):

@@ -17,6 +17,7 @@ def _ctrl_c() -> None:
     time.sleep(0.1)  # the handler runs here, in the main thread
 
 
+@pytest.mark.usefixtures("sigint_as_at_a_terminal")
 def test_first_ctrl_c_asks_a_second_stops_at_once(capfd) -> None:
     stop = StopRequest()
     with pytest.raises(KeyboardInterrupt), stop:
@@ -39,6 +40,7 @@ def test_someone_else_s_handler_stays_in_charge() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.usefixtures("sigint_as_at_a_terminal")
 def test_outside_the_main_thread_it_changes_nothing() -> None:
     entered: list[bool] = []
 

@@ -174,6 +174,7 @@ def _complete(storage_path: Path) -> list[tuple[int, dict]]:
     return [(t.number, t.params) for t in study.get_trials(states=(TrialState.COMPLETE,))]
 
 
+@pytest.mark.usefixtures("sigint_as_at_a_terminal")
 def test_ctrl_c_saves_the_running_trial_and_starts_no_other(write_config, capfd) -> None:
     CtrlCEvaluator.calls = 0
     path = write_config(objectives=["size_bytes", "ctrl_c_test"], constraints=[])
