@@ -7,6 +7,8 @@ import signal
 import time
 from typing import Any
 
+import pytest
+
 from frontier.search import TrialResult, TrialRunner, load_config
 from frontier.search._backends import Job, LocalProcesses
 
@@ -27,6 +29,7 @@ def _holds_off_sigint(pid: int) -> bool:
     return any(int(masks[m].strip(), 16) & bit for m in ("SigIgn", "SigBlk"))
 
 
+@pytest.mark.usefixtures("sigint_as_at_a_terminal")  # workers start as at a terminal
 def test_a_terminal_s_ctrl_c_leaves_the_local_workers_working(write_config, workdir) -> None:
     """A terminal sends Ctrl-C to every worker too, and the driver decides what it means
     (``_interrupt``): a worker interrupted would break the pool (its trials run again on
@@ -35,8 +38,6 @@ def test_a_terminal_s_ctrl_c_leaves_the_local_workers_working(write_config, work
     config = load_config(write_config(backend={"workers": 2}))
     evaluation = TrialRunner(config)
     job = Job(evaluation.space.plan_of({}).to_dict(), 0)
-    # as at a terminal: a shell's background job would start the workers with it ignored
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     backend = LocalProcesses(config.model_dump_json(), evaluation.tables, workers=2)
     try:
         handles = [backend.submit(job), backend.submit(job)]
@@ -55,7 +56,6 @@ def test_a_terminal_s_ctrl_c_leaves_the_local_workers_working(write_config, work
         assert backend._pool is pool
     finally:
         backend.close()
-        signal.signal(signal.SIGINT, previous)
     assert all(isinstance(o, TrialResult) for _, o in outcomes)
 
 
