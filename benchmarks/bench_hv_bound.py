@@ -2,7 +2,7 @@
 methods reached (``search.json``).
 
 A search's hypervolume is measured on losses normalised by the uncompressed baseline
-(``search._pareto.normalise``: accuracy as ``1 - accuracy / baseline``, costs as
+(``search.front._pareto.normalise``: accuracy as ``1 - accuracy / baseline``, costs as
 ``cost / baseline``) against the reference 1.1 on every axis. No plan can beat the
 space's utopia point: the teacher's accuracy (loss 0) with the lowest latency and size
 any plan of the space has. Those come from ``--plan``, the space's most compressed plan

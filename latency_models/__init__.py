@@ -10,16 +10,18 @@
   ``learn`` from the measured front.
 """
 
-from ._arch import space_templates
-from ._bundle import (
+from .bundle._bundle import (
     VALIDATION_SEED0,
     SpaceOps,
     space_ops,
     write_bundle,
 )
-from ._calibration import CALIBRATIONS
-from ._corners import corner_plans
-from ._devices import (
+from .bundle._corners import corner_plans
+from .bundle._front_bundle import read_front_result, write_front_bundle
+from .bundle._sparse import sparse_kernel
+from .bundle._whole import whole_model_bytes
+from .calibrate._calibration import CALIBRATIONS
+from .device._devices import (
     CPU_1T,
     Device,
     DeviceUnavailable,
@@ -31,29 +33,35 @@ from ._devices import (
     resolve_device,
     runtime_of,
 )
-from ._estimate import LatencyEstimate, OpCost
-from ._front_bundle import read_front_result, write_front_bundle
-from ._join import Learned, learn, learned_entry, plan_entry, priced_layers
-from ._local import (
+from .device._table import (
+    DeviceMeta,
+    DeviceStore,
+    DeviceTable,
+    Row,
+    TableError,
+    data_dir,
+    read_table,
+)
+from .measure._join import Learned, learn, learned_entry, plan_entry, priced_layers
+from .measure._local import (
     ensure_local_table,
     measure_local,
     measure_models,
     measure_plans,
     quiet_root_logger,
 )
-from ._model import LatencyModel, error_summary
-from ._ops import OpSpec, build_onnx, plan_ops
-from ._profile import (
+from .measure._profile import (
     compare_layers,
     plot_layers,
     profile_layers,
     read_onnx,
 )
-from ._sparse import sparse_kernel
-from ._table import DeviceMeta, DeviceStore, DeviceTable, Row, TableError, data_dir, read_table
-from ._templates import shape_mismatches
-from ._validate import ValidationReport, validate
-from ._whole import whole_model_bytes
+from .measure._validate import ValidationReport, validate
+from .ops._arch import space_templates
+from .ops._ops import OpSpec, build_onnx, plan_ops
+from .ops._templates import shape_mismatches
+from .price._estimate import LatencyEstimate, OpCost
+from .price._model import LatencyModel, error_summary
 from .runner import (
     measure_bundle,
     measure_onnx,

@@ -7,17 +7,8 @@ Extension points: an Optuna sampler object (``run(config, sampler=...)``) or a n
 (``register_backend``).
 """
 
-from ._anchors import anchor_params, uniform_grid
-from ._backends import (
-    Backend,
-    Job,
-    backend_names,
-    ray_runtime_env,
-    register_backend,
-    shipped_modules,
-)
-from ._callbacks import Callback, Emissions, ProgressBar, ProgressLines
-from ._config import (
+from .config._anchors import anchor_params, uniform_grid
+from .config._config import (
     Config,
     ConfigError,
     TaskSection,
@@ -26,14 +17,33 @@ from ._config import (
     parse_config,
     parse_overrides,
 )
-from ._constraints import Constraint
-from ._engine import Search, SearchResult, run
-from ._front import Front, TrialRecord
-from ._learning import plan_entries
-from ._mlflow import MlflowCallback
-from ._pareto import REFERENCE, Objective, hypervolume, loss_hypervolume, normalise, pareto_mask
-from ._promotion import Promotion, SpreadPromotion
-from ._results import (
+from .config._constraints import Constraint
+from .front._front import Front, TrialRecord
+from .front._pareto import (
+    REFERENCE,
+    Objective,
+    hypervolume,
+    loss_hypervolume,
+    normalise,
+    pareto_mask,
+)
+from .run._callbacks import Callback, Emissions, ProgressBar, ProgressLines
+from .run._engine import Search, SearchResult, run
+from .run._mlflow import MlflowCallback
+from .run._sensitivity import choices as sensitivity_choices
+from .run._sensitivity import sensitivity
+from .run._setup import default_callbacks, plan_latency, task_and_space
+from .run._timing import Timing, promotion_savings
+from .study._storage import (
+    SearchError,
+    StudyStore,
+    default_storage,
+    driver_lock,
+    journal_completions,
+    open_storage,
+)
+from .tracking._learning import plan_entries
+from .tracking._results import (
     QueryError,
     front_on,
     measure_picked,
@@ -43,22 +53,19 @@ from ._results import (
     sort_front,
     with_params,
 )
-from ._samplers import build_sampler, register_sampler, sampler_names
-from ._sensitivity import choices as sensitivity_choices
-from ._sensitivity import sensitivity
-from ._setup import default_callbacks, plan_latency, task_and_space
-from ._storage import (
-    SearchError,
-    StudyStore,
-    default_storage,
-    driver_lock,
-    journal_completions,
-    open_storage,
+from .tracking._tracking import Tag, find_search, front_frame, metrics_of
+from .trials._backends import (
+    Backend,
+    Job,
+    backend_names,
+    ray_runtime_env,
+    register_backend,
+    shipped_modules,
 )
-from ._timing import Timing, promotion_savings
-from ._tracking import Tag, find_search, front_frame, metrics_of
-from ._trials import TrialResult, TrialRunner, search_threads
-from ._view import SearchAware, SearchView
+from .trials._promotion import Promotion, SpreadPromotion
+from .trials._samplers import build_sampler, register_sampler, sampler_names
+from .trials._trials import TrialResult, TrialRunner, search_threads
+from .trials._view import SearchAware, SearchView
 
 __all__ = [
     "REFERENCE",

@@ -8,7 +8,6 @@ compressed model; ``model_cost`` prices it; ``export_onnx`` writes it for deploy
 from ._apply import apply_plan
 from ._cost import Cost, LayerCost, count_macs, model_cost
 from ._embedding_quant import EmbeddingQuant, QuantEmbedding
-from ._export import ExportResult, export_onnx, half_layers, int8_layers, to_half
 from ._forward import (
     CPU,
     Accelerator,
@@ -19,8 +18,6 @@ from ._forward import (
     recalibrate_bn,
     to_device,
 )
-from ._onnx_files import data_file, load_onnx, model_bytes, save_onnx
-from ._onnx_int8 import int8_op_types, onnx_module_name, quantize_onnx_int8
 from ._param_shapes import ParamShapes
 from ._plan import (
     IMPORTANCE_CRITERIA,
@@ -84,6 +81,9 @@ from ._transformer import (
 )
 from ._transformer_prune import LayerDrop, TransformerPrune, encoder_layers
 from ._uniform import uniform_params
+from .onnx._export import ExportResult, export_onnx, half_layers, int8_layers, to_half
+from .onnx._onnx_files import data_file, load_onnx, model_bytes, save_onnx
+from .onnx._onnx_int8 import int8_op_types, onnx_module_name, quantize_onnx_int8
 
 __all__ = [
     "CNN",

@@ -25,11 +25,11 @@ import torch
 from torch import nn
 
 from ._dims import Dimension, SpaceView
-from ._onnx_int8 import onnx_module_name
 from ._param_shapes import ParamShapes
 from ._plan import CompressionPlan, PlanError, check_ratio, check_ratios
 from ._techniques import DROPPED, ApplyInputs, Chooser, Technique, register_technique
 from ._transformer import EncoderLayer, keep_ffn, keep_heads
+from .onnx._onnx_int8 import onnx_module_name
 
 
 def encoder_layers(space: SpaceView) -> list[str]:

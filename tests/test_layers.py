@@ -19,27 +19,27 @@ PARTS = ("spaces", "search", "evaluators", "latency_models", "experiments")
 #: (``tier_line``), so the order it states is the order the code has.
 TIERS: dict[str, list[str]] = {
     "spaces": [
-        "_dims _forward _graph _onnx_files _param_shapes _registry",
-        "_onnx_int8 _plan _quant",
-        "_cost _export _students _surgery",
+        "_dims _forward _graph onnx._onnx_files _param_shapes _registry",
+        "onnx._onnx_int8 _plan _quant",
+        "_cost onnx._export _students _surgery",
         "_techniques _transformer",
         "_apply _embedding_quant _space _transformer_prune",
         "_shapes _uniform",
         "__init__",
     ],
     "search": [
-        "_anchors _constraints _dbstudy _interrupt _log _pareto _registries _timing",
-        "_tracking",
-        "_config _learning",
-        "_accelerator _front _results",
-        "_trials _promotion _storage",
-        "_workers",
-        "_backends _view",
-        "_callbacks _savings _sensitivity _surrogate",
-        "_mlflow _samplers",
-        "_setup",
-        "_watch",
-        "_engine",
+        "config._anchors config._constraints config._uri study._dbstudy _interrupt _log front._pareto config._registries run._timing",
+        "tracking._tracking",
+        "config._config tracking._learning",
+        "trials._accelerator front._front tracking._results",
+        "trials._trials trials._promotion study._storage",
+        "trials._workers",
+        "trials._backends trials._view",
+        "run._callbacks run._savings run._sensitivity trials._surrogate",
+        "run._mlflow trials._samplers",
+        "run._setup",
+        "run._watch",
+        "run._engine",
         "__init__",
         "cli._common",
         "cli.results",
@@ -50,17 +50,17 @@ TIERS: dict[str, list[str]] = {
     ],
     "evaluators": ["_base", "_accuracy _cost _hardware", "__init__"],
     "latency_models": [
-        "_corners _estimate runner",
-        "_table _templates runner_torch",
-        "_ops",
-        "_arch _context _correction _devices _op_models _sparse _transfer _whole",
-        "_bundle _calibration",
-        "_choose _front_bundle _pricer",
-        "_model",
-        "_local",
-        "_validate",
-        "_profile",
-        "_join",
+        "bundle._corners price._estimate runner",
+        "device._table ops._templates runner_torch",
+        "ops._ops",
+        "ops._arch calibrate._context calibrate._correction device._devices ops._op_models bundle._sparse price._transfer bundle._whole",
+        "bundle._bundle calibrate._calibration",
+        "calibrate._choose bundle._front_bundle price._pricer",
+        "price._model",
+        "measure._local",
+        "measure._validate",
+        "measure._profile",
+        "measure._join",
         "__init__",
     ],
     "experiments": [
@@ -71,6 +71,20 @@ TIERS: dict[str, list[str]] = {
         "__init__",
     ],
 }
+
+
+#: The folders of a part, bottom first: a module imports only modules of its own folder
+#: or of folders below it (``test_each_folder_imports_only_downward``), so the folders
+#: read as the stages the docs name. "" is the part's own folder (its ``__init__``, the
+#: public face, sits above them all).
+FOLDERS: dict[str, list[str]] = {
+    "search": ["", "config", "front", "study", "tracking", "trials", "run", "cli"],
+    "latency_models": ["", "ops", "device", "calibrate", "price", "bundle", "measure"],
+}
+
+#: No folder holds more modules than this (STYLE: a folder past about 20 modules splits
+#: into stages).
+MAX_FOLDER_MODULES = 20
 
 
 def _modules(part: str, root: Path) -> dict[str, Path]:
@@ -168,6 +182,8 @@ def _upward(graph: dict[str, set[str]], tiers: list[str]) -> list[str]:
                 problems.append(f"{module}: in two tiers")
             tier_of[module] = k
     for module in sorted(set(graph) - set(tier_of)):
+        if module.endswith(".__init__") and not graph[module]:
+            continue  # a subpackage's docstring-only __init__ is nobody's tier
         problems.append(f"{module}: in no tier")
     for module in sorted(set(tier_of) - set(graph)):
         problems.append(f"{module}: a tier names it, the part has no such module")
@@ -176,6 +192,23 @@ def _upward(graph: dict[str, set[str]], tiers: list[str]) -> list[str]:
             if module in tier_of and target in tier_of and tier_of[target] >= tier_of[module]:
                 problems.append(f"{module} (tier {tier_of[module]}) imports {target} "
                                 f"(tier {tier_of[target]})")  # fmt: skip
+    return problems
+
+
+def _folder_problems(graph: dict[str, set[str]], folders: list[str]) -> list[str]:
+    """Each import of ``graph`` into a folder above the importer's, as a line."""
+
+    def folder(module: str) -> str:
+        return module.rpartition(".")[0]
+
+    rank = {f: k for k, f in enumerate(folders)}
+    problems = [f"{m}: its folder is in no stated order" for m in graph if folder(m) not in rank]
+    for module, targets in sorted(graph.items()):
+        if module == "__init__" or folder(module) not in rank:
+            continue
+        for target in sorted(targets):
+            if rank.get(folder(target), 0) > rank[folder(module)]:
+                problems.append(f"{module} imports {target}, a folder above its own")
     return problems
 
 
@@ -194,6 +227,32 @@ def test_no_import_cycle_inside_a_part(part: str) -> None:
 def test_each_part_imports_only_downward(part: str) -> None:
     problems = _upward(_imports(part), TIERS[part])
     assert not problems, f"{part}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("part", sorted(FOLDERS))
+def test_each_folder_imports_only_downward(part: str) -> None:
+    problems = _folder_problems(_imports(part), FOLDERS[part])
+    assert not problems, f"{part}:\n" + "\n".join(problems)
+
+
+def test_a_planted_folder_inversion_is_found() -> None:
+    graph = {"low._a": {"high._b"}, "high._b": {"low._a"}, "__init__": {"high._b"}}
+    assert _folder_problems(graph, ["", "low", "high"]) == [
+        "low._a imports high._b, a folder above its own"
+    ]
+    assert _folder_problems(graph, ["", "high", "low"]) == [
+        "high._b imports low._a, a folder above its own"
+    ]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_no_folder_holds_more_than_twenty_modules(part: str) -> None:
+    counts: dict[str, int] = {}
+    for name in _modules(part, ROOT):
+        folder = name.rpartition(".")[0]
+        counts[folder] = counts.get(folder, 0) + 1
+    crowded = {f"{part}/{f}": n for f, n in counts.items() if n > MAX_FOLDER_MODULES}
+    assert not crowded, f"folders past {MAX_FOLDER_MODULES} modules: {crowded}"
 
 
 @pytest.mark.parametrize("part", PARTS)

@@ -15,11 +15,12 @@ from frontier.experiments import TaskError
 from frontier.latency_models import DeviceUnavailable, TableError
 from frontier.spaces import PlanError, SpaceError
 
-from .._config import ConfigError
 from .._log import quiet_third_party, show_messages
-from .._results import QueryError
-from .._storage import SearchError
-from .._tracking import TrackingError, no_telemetry
+from ..config._config import ConfigError
+from ..config._uri import TrackingError
+from ..study._storage import SearchError
+from ..tracking._results import QueryError
+from ..tracking._tracking import no_telemetry
 from . import explore, lut, results, search
 from ._common import UsageError
 

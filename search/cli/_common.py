@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .._config import Config, TrackingSection, load_config
-from .._tracking import check_tracking_uri
+from ..config._config import Config, TrackingSection, load_config
+from ..config._uri import check_tracking_uri
 
 #: the MLflow store a search writes when neither its config nor --tracking-uri says
 DEFAULT_TRACKING_URI = str(TrackingSection.model_fields["uri"].default)

@@ -12,8 +12,8 @@ from typing import Any
 
 from frontier.latency_models.runner import at_least
 
-from .._setup import plan_latency, task_and_space
-from .._storage import writable, writable_file
+from ..run._setup import plan_latency, task_and_space
+from ..study._storage import writable, writable_file
 from ._common import CONFIG_HELP, UsageError, load
 
 
@@ -58,9 +58,9 @@ def _table_prices(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
 
     from frontier.latency_models import DeviceStore, LatencyModel, priced_layers
 
-    from .._config import load_config
-    from .._learning import plan_entries
-    from .._tracking import PLAN_FILE, _client, download, download_text
+    from ..config._config import load_config
+    from ..tracking._learning import plan_entries
+    from ..tracking._tracking import PLAN_FILE, _client, download, download_text
     from ._common import tracking_uri
 
     uri = tracking_uri(args)
@@ -82,7 +82,7 @@ def _onnx_file(target: str, args: argparse.Namespace, scratch: Path) -> Path:
         if not path.is_file():
             raise UsageError(f"profile: {path}: no such ONNX file")
         return path
-    from .._tracking import MODEL_FILE, download
+    from ..tracking._tracking import MODEL_FILE, download
     from ._common import tracking_uri
 
     try:
@@ -198,9 +198,9 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 
     from frontier.experiments import cache_dir
 
-    from .._backends import LocalProcesses
-    from .._sensitivity import plot, sensitivity
-    from .._trials import TrialRunner
+    from ..run._sensitivity import plot, sensitivity
+    from ..trials._backends import LocalProcesses
+    from ..trials._trials import TrialRunner
 
     config = load(args.config).override({"search.seed": args.seed})
     workers = config.backend.workers if args.workers is None else args.workers

@@ -11,8 +11,8 @@ from typing import Any
 
 from frontier.latency_models.runner import at_least
 
-from .._setup import task_and_space
-from .._storage import writable, writable_file
+from ..run._setup import task_and_space
+from ..study._storage import writable, writable_file
 from ._common import (
     STORE_HELP,
     UsageError,
@@ -137,12 +137,12 @@ def cmd_lut_front(args: argparse.Namespace) -> int:
 
     from frontier.latency_models import write_front_bundle
 
-    from .._config import load_config
+    from ..config._config import load_config
 
     writable_file(Path(args.out), "the front bundle (--out)")
-    from .._learning import front_entries
-    from .._results import query_front
-    from .._tracking import MODEL_FILE, PLAN_FILE, download, download_text, resolve_uri
+    from ..tracking._learning import front_entries
+    from ..tracking._results import query_front
+    from ..tracking._tracking import MODEL_FILE, PLAN_FILE, download, download_text, resolve_uri
 
     uri = tracking_uri(args)
     parent, frame = query_front(uri, experiment=args.experiment, run=args.run)
@@ -257,7 +257,7 @@ def _attach_front(args: argparse.Namespace) -> int | None:
         front, measured = read_front_result(args.table)
     except ValueError:
         return None
-    from .._tracking import MEASURED_PREFIX, Tag, _client, metric_key
+    from ..tracking._tracking import MEASURED_PREFIX, Tag, _client, metric_key
 
     device = front["device"]
     uri = args.tracking_uri or front["tracking_uri"]
@@ -280,7 +280,7 @@ def _attach_front(args: argparse.Namespace) -> int | None:
     if base_ms:
         print(f"  the baseline: {base_ms:.4f} ms ({base_metric} on the search's run)")
     if not args.no_learn:
-        from .._learning import learn_measured_front
+        from ..tracking._learning import learn_measured_front
 
         print(learn_measured_front(device_store(args), front, measured))
     return 0

@@ -11,7 +11,8 @@ from typing import Any
 
 from frontier.evaluators import SAVINGS_PREFIX
 
-from .._results import (
+from ..study._storage import writable, writable_file
+from ..tracking._results import (
     deploy_picked,
     latency_checks,
     measure_picked,
@@ -20,8 +21,7 @@ from .._results import (
     sort_front,
     with_params,
 )
-from .._storage import writable, writable_file
-from .._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
+from ..tracking._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
 from ._common import UsageError, add_tracking_uri, tracking_uri
 
 WHERE_HELP = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"

@@ -8,10 +8,10 @@ from typing import Any
 
 from frontier.latency_models.runner import at_least
 
-from .._config import parse_overrides
-from .._engine import Search
-from .._registries import backend_names
-from .._results import noise_bands
+from ..config._config import parse_overrides
+from ..config._registries import backend_names
+from ..run._engine import Search
+from ..tracking._results import noise_bands
 from ._common import CONFIG_HELP, add_tracking_uri, load
 
 
@@ -152,8 +152,8 @@ def _skipped(study: Any) -> str:
     (failed there, run again here)."""
     from optuna.trial import TrialState
 
-    from .._samplers import DUPLICATE_ATTR
-    from .._storage import INTERRUPTED_ATTR
+    from ..study._storage import INTERRUPTED_ATTR
+    from ..trials._samplers import DUPLICATE_ATTR
 
     repeats = sum(
         1

@@ -105,7 +105,7 @@ def test_mobilenetv2_without_weights_runs_the_proxy_rung_and_says_so(
         "task.options.image_size=32",
         "search.population=2",
         # the config's surrogate sampler would first score ~130 per-layer choices alone
-        # (tests/search/test_surrogate.py covers it); this test is about the proxy rung
+        # (tests/search/trials/test_surrogate.py covers it); this test is about the proxy rung
         "search.sampler=nsga2",
         "space.prune_ratios=[0.0,0.5]",
         "local_table={calibration: 0, round_s: 0.01}",

@@ -8,8 +8,8 @@ import pytest
 
 from frontier.latency_models import LatencyModel, measure_bundle, validate
 from frontier.latency_models import runner as runner_module
-from frontier.latency_models._sparse import measure_sparse_rows, sparse_variants
-from frontier.latency_models._whole import whole_model_bytes
+from frontier.latency_models.bundle._sparse import measure_sparse_rows, sparse_variants
+from frontier.latency_models.bundle._whole import whole_model_bytes
 from frontier.spaces import CompressionPlan
 
 

@@ -13,7 +13,7 @@ from frontier.latency_models import (
     read_manifest,
     read_table,
 )
-from frontier.latency_models._table import write_rows
+from frontier.latency_models.device._table import write_rows
 from frontier.latency_models.runner import PROTOCOL_NAME, time_models
 from frontier.latency_models.runner import main as runner_main
 
