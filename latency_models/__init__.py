@@ -61,6 +61,17 @@ from .ops._arch import space_templates
 from .ops._ops import OpSpec, build_onnx, plan_ops
 from .ops._templates import shape_mismatches
 from .price._estimate import LatencyEstimate, OpCost
+from .price._frame import (
+    FRAME,
+    Copy,
+    FrameError,
+    FrameEstimate,
+    Link,
+    Links,
+    StageCost,
+    placements,
+    price_frame,
+)
 from .price._model import LatencyModel, error_summary
 from .runner import (
     measure_bundle,
@@ -73,21 +84,28 @@ from .runner import (
 __all__ = [
     "CALIBRATIONS",
     "CPU_1T",
+    "FRAME",
     "VALIDATION_SEED0",
+    "Copy",
     "Device",
     "DeviceMeta",
     "DeviceStore",
     "DeviceTable",
     "DeviceUnavailable",
+    "FrameError",
+    "FrameEstimate",
     "LatencyEstimate",
     "LatencyModel",
     "Learned",
+    "Link",
+    "Links",
     "LocalDevice",
     "OpCost",
     "OpSpec",
     "Row",
     "Runtime",
     "SpaceOps",
+    "StageCost",
     "TableError",
     "ValidationReport",
     "build_onnx",
@@ -104,9 +122,11 @@ __all__ = [
     "measure_models",
     "measure_onnx",
     "measure_plans",
+    "placements",
     "plan_entry",
     "plan_ops",
     "plot_layers",
+    "price_frame",
     "priced_layers",
     "profile_layers",
     "protocol",

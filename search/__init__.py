@@ -4,7 +4,8 @@
 from the shell. The study (Optuna) lives in a resumable storage, the runs in MLflow.
 Extension points: an Optuna sampler object (``run(config, sampler=...)``) or a named one
 (``register_sampler``), a ``Callback``, a ``Promotion`` strategy, a backend
-(``register_backend``).
+(``register_backend``). A config with a ``pipeline`` section is searched by
+``PipelineSearch``: every stage's plan and placement in one joint space.
 """
 
 from .config._anchors import anchor_params, uniform_grid
@@ -27,6 +28,8 @@ from .front._pareto import (
     normalise,
     pareto_mask,
 )
+from .pipeline._price import PipelineReport, price_pipeline
+from .pipeline._search import PipelineResult, PipelineSearch, PipelineTrial
 from .run._callbacks import Callback, Emissions, ProgressBar, ProgressLines
 from .run._engine import Search, SearchResult, run
 from .run._mlflow import MlflowCallback
@@ -79,6 +82,10 @@ __all__ = [
     "Job",
     "MlflowCallback",
     "Objective",
+    "PipelineReport",
+    "PipelineResult",
+    "PipelineSearch",
+    "PipelineTrial",
     "ProgressBar",
     "ProgressLines",
     "Promotion",
@@ -120,6 +127,7 @@ __all__ = [
     "parse_where",
     "plan_entries",
     "plan_latency",
+    "price_pipeline",
     "promotion_savings",
     "query_front",
     "ray_runtime_env",

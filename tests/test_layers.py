@@ -28,7 +28,7 @@ TIERS: dict[str, list[str]] = {
         "__init__",
     ],
     "search": [
-        "config._anchors config._constraints config._uri study._dbstudy _interrupt _log front._pareto config._registries run._timing",
+        "config._anchors config._constraints config._pipeline config._uri study._dbstudy _interrupt _log front._pareto config._registries run._timing",
         "tracking._tracking",
         "config._config tracking._learning",
         "trials._accelerator front._front tracking._results",
@@ -40,17 +40,21 @@ TIERS: dict[str, list[str]] = {
         "run._setup",
         "run._watch",
         "run._engine",
+        "pipeline._measure pipeline._price",
+        "pipeline._export",
+        "pipeline._track",
+        "pipeline._search",
         "__init__",
         "cli._common",
         "cli.results",
-        "cli.explore cli.lut",
+        "cli.explore cli.lut cli.pipeline",
         "cli.search",
         "cli.__init__",
         "cli.__main__",
     ],
     "evaluators": ["_base", "_accuracy _cost _hardware", "__init__"],
     "latency_models": [
-        "bundle._corners price._estimate runner",
+        "bundle._corners price._estimate price._frame runner",
         "device._table ops._templates runner_torch",
         "ops._ops",
         "ops._arch calibrate._context calibrate._correction device._devices ops._op_models bundle._sparse price._transfer bundle._whole",
@@ -78,7 +82,7 @@ TIERS: dict[str, list[str]] = {
 #: read as the stages the docs name. "" is the part's own folder (its ``__init__``, the
 #: public face, sits above them all).
 FOLDERS: dict[str, list[str]] = {
-    "search": ["", "config", "front", "study", "tracking", "trials", "run", "cli"],
+    "search": ["", "config", "front", "study", "tracking", "trials", "run", "pipeline", "cli"],
     "latency_models": ["", "ops", "device", "calibrate", "price", "bundle", "measure"],
 }
 

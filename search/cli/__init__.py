@@ -1,6 +1,6 @@
 """The ``frontier`` command line, one module per command group: ``search`` (run a
 search), ``results`` (``pareto``, ``pick``), ``lut`` (device latency tables) and
-``explore`` (``space``, ``sensitivity``, ``plan``, ``experiments``). Each module's
+``explore`` (``space``, ``sensitivity``, ``plan``, ``experiments``), ``pipeline``. Each module's
 ``add_commands`` adds its commands, each command's arguments beside its handler."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
 from frontier.experiments import TaskError
-from frontier.latency_models import DeviceUnavailable, TableError
+from frontier.latency_models import DeviceUnavailable, FrameError, TableError
 from frontier.spaces import PlanError, SpaceError
 
 from .._log import quiet_third_party, show_messages
@@ -21,7 +21,7 @@ from ..config._uri import TrackingError
 from ..study._storage import SearchError
 from ..tracking._results import QueryError
 from ..tracking._tracking import no_telemetry
-from . import explore, lut, results, search
+from . import explore, lut, pipeline, results, search
 from ._common import UsageError
 
 #: what a command reports as one line and exit status 2 (bad input, not a crash)
@@ -36,6 +36,7 @@ USER_ERRORS = (
     TableError,
     DeviceUnavailable,
     SearchError,
+    FrameError,
 )
 
 
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"frontier {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (explore, lut, search, results):
+    for group in (explore, lut, search, results, pipeline):
         group.add_commands(sub)
     return parser
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from frontier.evaluators import SAVINGS_PREFIX
 
+from ..pipeline._track import download_pipeline, is_pipeline
 from ..study._storage import writable, writable_file
 from ..tracking._results import (
     deploy_picked,
@@ -143,6 +144,8 @@ def cmd_pick(args: argparse.Namespace) -> int:
         )
         print(f"warning: {note}", file=sys.stderr)
     out = Path(args.export or f"frontier-pick-trial-{row['trial']}")
+    if is_pipeline(parent):
+        return _pick_pipeline(uri, parent, row, out, args)
     target = _export_folder(out)
     files = download(uri, row["run_id"], target)
     if out.suffix == ".onnx":
@@ -200,3 +203,24 @@ def _export_folder(out: Path) -> Path:
         if (folder / name).is_dir():
             raise UsageError(f"pick: --export {out}: {folder / name} is a folder; move it away")
     return folder
+
+
+def _pick_pipeline(
+    uri: str, parent: Any, row: dict[str, Any], out: Path, args: argparse.Namespace
+) -> int:
+    """``pick`` of a pipeline front member: its folder (each stage's model and plan,
+    ``pipeline.json``, ``run_pipeline.py``) and a report."""
+    if args.register:
+        raise UsageError("pick --register: a pipeline's stages are not registered yet")
+    if out.suffix == ".onnx":
+        raise UsageError(f"--export {out}: a pipeline is a folder of models; give a folder")
+    files = download_pipeline(uri, row["run_id"], _export_folder(out))
+    report = {
+        "run_id": row["run_id"],
+        "trial": int(row["trial"]),
+        "metrics": {o.name: row.get(o.name) for o in metrics_of(parent)},
+        "files": {k: str(v) for k, v in files.items()},
+        "run": f"python {files['run_pipeline.py']}",
+    }
+    print(json.dumps(report, indent=2, default=str))
+    return 0

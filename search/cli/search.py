@@ -12,7 +12,7 @@ from ..config._config import parse_overrides
 from ..config._registries import backend_names
 from ..run._engine import Search
 from ..tracking._results import noise_bands
-from ._common import CONFIG_HELP, add_tracking_uri, load
+from ._common import CONFIG_HELP, UsageError, add_tracking_uri, load
 
 
 def add_commands(sub: Any) -> None:
@@ -57,6 +57,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             "tracking.learn_front": False if args.no_learn else None,
         }
     )
+    if config.pipeline is not None:
+        return search_pipeline(config, args)
     search = Search(
         config,
         trials=args.trials,
@@ -167,3 +169,60 @@ def _skipped(study: Any) -> str:
     if interrupted:
         said += f"; {interrupted} interrupted by a stop and run again"
     return said
+
+
+def search_pipeline(config: Any, args: argparse.Namespace) -> int:
+    """``frontier search`` of a pipeline config: the joint search, in this process."""
+    from pathlib import Path
+
+    from ..pipeline._search import PipelineSearch
+
+    for flag, value in (("--backend", args.backend), ("--address", args.address)):
+        if value and value != "local":
+            raise UsageError(f"{flag}: a pipeline search runs in this process for now")
+    if args.workers and args.workers > 1:
+        raise UsageError("--workers: a pipeline search runs in this process for now")
+    storage = config.storage or f"{config.name}.pipeline.journal"
+    if Path(storage).exists() and not args.resume:
+        raise UsageError(
+            f"{storage}: a pipeline search named {config.name!r} is stored there; --resume "
+            "continues it, or remove the file (or set another name) to start again"
+        )
+    search = PipelineSearch(config, storage=storage)
+    result = search.run(trials=args.trials)
+    names = [o.name for o in result.objectives]
+    stages = search.stage_names
+    print(
+        "trial  "
+        + "  ".join(f"{n:>16}" for n in names)
+        + "  "
+        + "  ".join(f"{s + '.accuracy':>16}" for s in stages)
+        + "  placement"
+    )
+    rows = [result.baseline, *sorted(result.front, key=lambda t: t.values[names[0]])]
+    for t in rows:
+        label = "base" if t.number < 0 else str(t.number)
+        print(
+            f"{label:>5}  "
+            + "  ".join(f"{t.values[n]:>16.5g}" for n in names)
+            + "  "
+            + "  ".join(f"{t.values[s + '.accuracy']:>16.4f}" for s in stages)
+            + "  "
+            + ", ".join(f"{s} on {d}" for s, d in t.placement.items())
+        )
+    if result.measured:
+        print("\nmeasured here, frame by frame (ms a frame; speed-up over the uncompressed):")
+        for m in result.measured:
+            label = "base" if m.number < 0 else str(m.number)
+            print(
+                f"{label:>5}  predicted {m.predicted_ms:.4g}, measured {m.measured_ms:.4g}; "
+                f"{m.speedup_predicted:.2f}x predicted, {m.speedup_measured:.2f}x measured"
+            )
+    failed = sum(t.state == "failed" for t in result.trials)
+    print(
+        f"\nfront: {len(result.front)} pipelines, hypervolume {result.hypervolume:.4f}, "
+        f"{len(result.trials)} trials ({failed} failed); stage plans scored: "
+        + ", ".join(f"{s} {n}" for s, n in result.evaluations.items())
+        + f"\nstudy: {storage} (--resume continues it)"
+    )
+    return 0

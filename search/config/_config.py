@@ -30,8 +30,12 @@ from frontier.latency_models.runner import ROUND_S, ROUNDS
 from frontier.spaces import SpaceOptions
 
 from ._constraints import Constraint
+from ._pipeline import PipelineSection, is_pipeline_metric
 from ._registries import backend_names, sampler_names
 from ._uri import check_tracking_uri
+
+#: local runtimes that run in this host's memory: their stages hand tensors over for free
+HOST_KINDS = ("cpu", "openvino")
 
 
 class ConfigError(ValueError):
@@ -80,6 +84,8 @@ class CarbonSection(_Section):
 def _check_objective_name(name: str) -> str:
     from frontier.evaluators import MetricKey, evaluator_names
 
+    if is_pipeline_metric(name):  # checked against the stages with the pipeline section
+        return name
     key = MetricKey.parse(name)
     base, device = key.metric, key.device
     if base not in evaluator_names():
@@ -266,6 +272,9 @@ class Config(_Section):
     backend: BackendSection = Field(default_factory=BackendSection)
     storage: str | None = None
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+    #: several models sharing one frame, each stage placed on one of ``devices``
+    #: (docs/pipelines.md); None: one model, ``task``
+    pipeline: PipelineSection | None = None
 
     @field_validator("name")
     @classmethod
@@ -302,12 +311,38 @@ class Config(_Section):
             raise ValueError(f"objectives: each objective once, got {names}")
         if self.backend.kind == "local" and self.backend.address:
             raise ValueError("backend.address needs backend.kind: ray")
+        if self.pipeline is not None:
+            self._check_pipeline(self.pipeline)
+        else:
+            for name in names + [Constraint.parse(c).objective for c in self.constraints]:
+                if is_pipeline_metric(name):
+                    raise ValueError(
+                        f"{name!r} is a pipeline's metric; this config has no pipeline"
+                    )
         toward = self.search.fidelity.toward
         if toward is not None and toward not in names:
             raise ValueError(
                 f"search.fidelity.toward: {toward!r} is not an objective; one of {names}"
             )
         return self
+
+    def _check_pipeline(self, pipeline: PipelineSection) -> None:
+        from frontier.latency_models import local_device
+
+        names = [d.name if isinstance(d, DeviceSection) else d for d in self.devices]
+        # processes of this host hand tensors over in memory; a derived device reaches
+        # the device it offloads to over its own link
+        shared = {n for n in names if (h := local_device(n)) and h.kind in HOST_KINDS}
+        implied = {
+            frozenset((d.name, d.offload or d.like))
+            for d in self.devices
+            if isinstance(d, DeviceSection)
+        }
+        pipeline.check_devices(names, shared, implied)
+        pipeline.check_metrics(
+            [o.name for o in self.objectives],
+            [Constraint.parse(c).objective for c in self.constraints],
+        )
 
     def override(self, values: dict[str, Any], *, source: str = "command line") -> Config:
         """A copy with dotted fields replaced (``{"search.trials": 5}``), validated like
@@ -352,7 +387,7 @@ class Config(_Section):
                 found.append(d.name if isinstance(d, DeviceSection) else d)
         keys = tuple(MetricKey.parse(m) for m in metrics)
         for key in keys:
-            if key.device and key.device != "worst" and key.device not in found:
+            if key.device and key.device not in ("worst", "frame") and key.device not in found:
                 found.append(key.device)
         return TypedConfig(
             constraints=constraints,
@@ -510,7 +545,7 @@ def load_config(name_or_path: str | Path) -> Config:
             "(`frontier experiments list` shows built-in ones to start from)"
         )
     config = parse_config(data, source=str(path))  # the fields' own errors first
-    if "task" not in data:
+    if "task" not in data and "pipeline" not in data:
         raise ConfigError(
             f"{path}: no task: a config names the model and data it compresses, e.g. "
             "`task: {name: digits}` or `task: {name: my_pkg.tasks:build}` (docs/tasks.md)"

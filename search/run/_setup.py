@@ -12,7 +12,7 @@ from typing import Any
 
 from .._log import logger
 from ..config._anchors import anchor_params
-from ..config._config import Config, load_config
+from ..config._config import Config, ConfigError, load_config
 from ..config._constraints import Constraint
 from ..study._storage import (
     BASELINE_ATTR,
@@ -148,6 +148,11 @@ def run_summary(search: Any) -> dict[str, float]:
 def prepare(config: Config, store: Any, resume: bool) -> TrialRunner:
     """Check the folders and the Ray address, then build the evaluation; the teacher is
     checked before device tables are measured (a new study only)."""
+    if config.pipeline is not None:
+        raise ConfigError(
+            f"{config.name}: a pipeline config is searched by `frontier search` as one "
+            "joint search (from Python: frontier.search.PipelineSearch), not as one model"
+        )
     for what, folder in search_folders(config).items():
         writable(folder, what)
     storage = config.storage or default_storage(config)

@@ -63,6 +63,44 @@ def _random(population: int, seed: int) -> Any:
     return optuna.samplers.RandomSampler(seed=seed)
 
 
+def _grid_sampler_class() -> Any:
+    import optuna
+
+    class _Grid(optuna.samplers.BruteForceSampler):
+        """Optuna's brute-force sampler in an ask-and-tell loop: where it would stop the
+        study (``Study.stop`` works only inside ``optimize``) it says it is exhausted."""
+
+        exhausted = False
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            try:
+                super().after_trial(study, trial, state, values)
+            except RuntimeError as err:  # its study.stop(), outside optimize
+                if "Study.stop" not in str(err):
+                    raise
+                self.exhausted = True
+
+    return _Grid
+
+
+def GridSampler(*, seed: int) -> Any:
+    """Every combination once (``grid``); ``.exhausted`` once all are tried."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():  # experimental since Optuna 3.1, and stated so here
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _grid_sampler_class()(seed=seed)
+
+
+@register_sampler("grid")
+def _grid(population: int, seed: int) -> Any:
+    """Every combination once, in a seeded order (Optuna's brute-force sampler): for a
+    space small enough to enumerate, such as a pipeline's placements and a few choices."""
+    return GridSampler(seed=seed)
+
+
 def ask_unique(
     study: Any, space: SearchSpace, seen: set[str], seed: int
 ) -> tuple[Any, dict[str, Any]] | None:
