@@ -328,8 +328,8 @@ def test_a_planted_tier_inversion_is_found(tmp_path: Path) -> None:
 
 
 def test_nothing_outside_a_part_imports_its_private_modules() -> None:
-    private = re.compile(
-        r"from frontier\.(\w+)\._\w+|import frontier\.(\w+)\._\w+"
+    private = re.compile(  # a private module at any depth of a part's folders
+        r"from frontier\.(\w+)(?:\.[a-z]\w*)*\._\w+|import frontier\.(\w+)(?:\.[a-z]\w*)*\._\w+"
         r"|from frontier\.(\w+) import (?:[\w, ]+, )?_[a-z]\w*"
     )
     offenders = []

@@ -326,10 +326,14 @@ class Config(_Section):
             )
         return self
 
+    def listed_devices(self) -> list[str]:
+        """The names ``devices`` lists, in its order (a pipeline's placements)."""
+        return [d.name if isinstance(d, DeviceSection) else d for d in self.devices]
+
     def _check_pipeline(self, pipeline: PipelineSection) -> None:
         from frontier.latency_models import local_device
 
-        names = [d.name if isinstance(d, DeviceSection) else d for d in self.devices]
+        names = self.listed_devices()
         # processes of this host hand tensors over in memory; a derived device reaches
         # the device it offloads to over its own link
         shared = {n for n in names if (h := local_device(n)) and h.kind in HOST_KINDS}
@@ -383,8 +387,9 @@ class Config(_Section):
                 for base in (d.like, d.offload or d.like):
                     if base not in found:
                         found.append(base)
-            if (d.name if isinstance(d, DeviceSection) else d) not in found:
-                found.append(d.name if isinstance(d, DeviceSection) else d)
+            name = d.name if isinstance(d, DeviceSection) else d
+            if name not in found:
+                found.append(name)
         keys = tuple(MetricKey.parse(m) for m in metrics)
         for key in keys:
             if key.device and key.device not in ("worst", "frame") and key.device not in found:

@@ -23,27 +23,16 @@ EXAMPLE = "run_pipeline.py"
 def manifest(search: Any, trial: Any) -> dict[str, Any]:
     """``pipeline.json`` of ``trial``: stages, placements, order, copies and the
     predicted schedule (its stages' latencies as the trial recorded them)."""
-    from frontier.latency_models import StageCost, local_device, price_frame
+    from frontier.latency_models import local_device
+
+    from ._price import schedule
 
     pipeline = search.pipeline
-    costs = [
-        StageCost(
-            s.name,
-            trial.placement[s.name],
-            trial.values[f"{s.name}.latency_ms"],
-            0.0,
-            tuple(s.reads),
-            search.output_bytes[s.name],
-        )
-        for s in pipeline.stages
-    ]
-    from ._price import links_of
-
-    names = [d if isinstance(d, str) else d.name for d in search.config.devices]
-    frame_device = pipeline.frame_device or names[0]
-    est = price_frame(
-        costs, links_of(search.config), frame_device=frame_device, frame_bytes=search.frame_bytes
+    latency = {s: trial.values[f"{s}.latency_ms"] for s in search.stage_names}
+    est = schedule(
+        search.config, trial.placement, latency, {}, search.output_bytes, search.frame_bytes
     )
+    frame_device = pipeline.frame_device or search.config.listed_devices()[0]
     stages = []
     for s in pipeline.stages:
         device = trial.placement[s.name]

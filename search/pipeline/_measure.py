@@ -128,7 +128,7 @@ def measure_trials(search: Any, trials: Sequence[Any]) -> list[FrameMeasurement]
     here, frame by frame; those that cannot run here are left out, with a line."""
     import numpy as np
 
-    from frontier.latency_models import local_device, whole_model_bytes
+    from frontier.latency_models import local_device, quiet_root_logger, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
     from ..config._pipeline import FRAME
@@ -156,14 +156,15 @@ def measure_trials(search: Any, trials: Sequence[Any]) -> list[FrameMeasurement]
             device = local_device(t.placement[s])
             assert device is not None  # measurable() said so
             plan = CompressionPlan.from_dict(t.plans[s], space=runner.space)
-            data = whole_model_bytes(
-                runner.teacher,
-                plan,
-                runner.example,
-                runner.task.calibration_batches(),
-                half=device.half,
-                qdq=device.int8_qdq,
-            )
+            with quiet_root_logger():  # ONNX Runtime's quantizer advises on every model
+                data = whole_model_bytes(
+                    runner.teacher,
+                    plan,
+                    runner.example,
+                    runner.task.calibration_batches(),
+                    half=device.half,
+                    qdq=device.int8_qdq,
+                )
             run, _ = device.backend().open(data, {}, batch_size=device.batch_size, rng=rng)
             runs[s] = run
         frames.append(frame_runner(runs, t.placement, reads, order))

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._log import logger
 from ..config._config import HOST_KINDS, Config, DeviceSection, parse_config
-from ..config._pipeline import FRAME, PipelineSection, StageSection
+from ..config._pipeline import FRAME, StageSection
 
 
 @dataclass(frozen=True)
@@ -84,34 +84,38 @@ class PipelineReport:
 
 
 def stage_config(config: Config, stage: StageSection) -> Config:
-    """The single-model config of one stage: its task and space, the devices it may be
-    placed on (with the tables a derived one borrows), the rest from ``config``."""
-    assert config.pipeline is not None
-    names = [d.name if isinstance(d, DeviceSection) else d for d in config.devices]
+    """The single-model config a stage is scored with: its task and space, accuracy at
+    the pipeline's top rung, latency and energy on each device it may run on."""
+    names = config.listed_devices()
     placed = stage.placements or names
     data = config.model_dump()
     own = next(s for s in data.pop("pipeline")["stages"] if s["name"] == stage.name)
+    top = config.search.fidelity.rungs[-1]
     data.update(
         name=f"{config.name}.{stage.name}",
         task=own["task"],
         space=own["space"],
-        objectives=[{"name": "accuracy"}] + [{"name": f"latency_ms@{d}"} for d in placed],
+        objectives=[{"name": "accuracy", "options": own["accuracy"]}, {"name": "size_bytes"}]
+        + [{"name": f"latency_ms@{d}"} for d in placed]
+        + [{"name": f"energy_mj@{d}"} for d in placed],
         constraints=[],
         metrics=[],
     )
+    data["search"]["fidelity"] = {**data["search"]["fidelity"], "rungs": [top], "toward": None}
+    data["tracking"] = {**data["tracking"], "export_front": False}
     return parse_config(data, source=f"pipeline.stages ({stage.name})")
 
 
-def _bytes(value: Any) -> int:
+def tensor_bytes(value: Any) -> int:
     """The bytes of a model's input or output: tensors, tuples, lists and dicts of them."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, Mapping):
-        return sum(_bytes(v) for v in value.values())
+        return sum(tensor_bytes(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return sum(_bytes(v) for v in value)
+        return sum(tensor_bytes(v) for v in value)
     return 0
 
 
@@ -145,7 +149,7 @@ def price_stage(config: Config, stage: StageSection, store: Any = None) -> Stage
         energy[name] = est.energy_mj or 0.0
         logger.info(f"pipeline: {stage.name} on {name}: {est.latency_ms:.4g} ms uncompressed")
     return StagePrice(
-        stage.name, tuple(stage.reads), latency, energy, _bytes(example), _bytes(output)
+        stage.name, tuple(stage.reads), latency, energy, tensor_bytes(example), tensor_bytes(output)
     )
 
 
@@ -163,33 +167,53 @@ def links_of(config: Config) -> Any:
     for d in config.devices:
         if isinstance(d, DeviceSection) and frozenset((d.name, d.offload or d.like)) not in listed:
             links.append(Link(d.name, d.offload or d.like, d.transfer_gbps))
-    names = [d.name if isinstance(d, DeviceSection) else d for d in config.devices]
+    names = config.listed_devices()
     shared = [n for n in names if (h := local_device(n)) and h.kind in HOST_KINDS]
     return Links(links, shared_memory=shared)
 
 
-def frames(
-    pipeline: PipelineSection, prices: list[StagePrice], links: Any, frame_device: str
-) -> Iterator[PlacedFrame]:
-    """Every placement of the priced stages and its frame."""
-    from frontier.latency_models import StageCost, placements, price_frame
+def schedule(
+    config: Config,
+    placement: Mapping[str, str],
+    latency_ms: Mapping[str, float],
+    energy_mj: Mapping[str, float],
+    output_bytes: Mapping[str, int],
+    frame_bytes: int,
+) -> Any:
+    """One frame of ``config``'s pipeline with its stages placed and priced
+    (``latency_models.FrameEstimate``); every placement and trial is scheduled here."""
+    from frontier.latency_models import StageCost, price_frame
 
+    assert config.pipeline is not None
+    costs = [
+        StageCost(
+            s.name,
+            placement[s.name],
+            latency_ms[s.name],
+            energy_mj.get(s.name, 0.0),
+            tuple(s.reads),
+            output_bytes[s.name],
+        )
+        for s in config.pipeline.stages
+    ]
+    frame_device = config.pipeline.frame_device or config.listed_devices()[0]
+    return price_frame(costs, links_of(config), frame_device=frame_device, frame_bytes=frame_bytes)
+
+
+def frames(config: Config, prices: list[StagePrice]) -> Iterator[PlacedFrame]:
+    """Every placement of the priced stages and its frame."""
+    from frontier.latency_models import placements
+
+    assert config.pipeline is not None
     by_name = {p.name: p for p in prices}
     first = next(p for p in prices if FRAME in p.reads)
-    frame_bytes = pipeline.frame_bytes if pipeline.frame_bytes is not None else first.input_bytes
+    given = config.pipeline.frame_bytes
+    frame_bytes = given if given is not None else first.input_bytes
+    output_bytes = {p.name: p.output_bytes for p in prices}
     for placement in placements({p.name: list(p.latency_ms) for p in prices}):
-        stages = [
-            StageCost(
-                s.name,
-                placement[s.name],
-                by_name[s.name].latency_ms[placement[s.name]],
-                by_name[s.name].energy_mj[placement[s.name]],
-                tuple(s.reads),
-                by_name[s.name].output_bytes,
-            )
-            for s in pipeline.stages
-        ]
-        est = price_frame(stages, links, frame_device=frame_device, frame_bytes=frame_bytes)
+        latency = {n: by_name[n].latency_ms[d] for n, d in placement.items()}
+        energy = {n: by_name[n].energy_mj[d] for n, d in placement.items()}
+        est = schedule(config, placement, latency, energy, output_bytes, frame_bytes)
         yield PlacedFrame(placement, est)
 
 
@@ -204,9 +228,8 @@ def price_pipeline(config: Config, *, store: Any = None) -> PipelineReport:
     if pipeline is None:
         raise ValueError(f"config {config.name!r} has no pipeline section")
     prices = [price_stage(config, s, store) for s in pipeline.stages]
-    names = [d.name if isinstance(d, DeviceSection) else d for d in config.devices]
     every = sorted(
-        frames(pipeline, prices, links_of(config), pipeline.frame_device or names[0]),
+        frames(config, prices),
         key=lambda f: (f.estimate.latency_ms, f.estimate.energy_mj),
     )
     return PipelineReport(

@@ -30,34 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from .._log import logger
-from ..config._config import Config, DeviceSection, parse_config
+from ..config._config import Config
 from ..config._constraints import Constraint
-from ..config._pipeline import FRAME, FRAME_METRICS, StageSection, metric_direction
+from ..config._pipeline import FRAME, FRAME_METRICS, metric_direction
 from ..front._pareto import Objective, hypervolume, pareto_mask
-from ._price import _bytes, links_of
-
-
-def stage_search_config(config: Config, stage: StageSection) -> Config:
-    """The single-model config a stage is scored with: its task and space, accuracy at
-    the pipeline's top rung, latency and energy on each device it may run on."""
-    names = [d.name if isinstance(d, DeviceSection) else d for d in config.devices]
-    placed = stage.placements or names
-    data = config.model_dump()
-    own = next(s for s in data.pop("pipeline")["stages"] if s["name"] == stage.name)
-    top = config.search.fidelity.rungs[-1]
-    data.update(
-        name=f"{config.name}.{stage.name}",
-        task=own["task"],
-        space=own["space"],
-        objectives=[{"name": "accuracy", "options": own["accuracy"]}, {"name": "size_bytes"}]
-        + [{"name": f"latency_ms@{d}"} for d in placed]
-        + [{"name": f"energy_mj@{d}"} for d in placed],
-        constraints=[],
-        metrics=[],
-    )
-    data["search"]["fidelity"] = {**data["search"]["fidelity"], "rungs": [top], "toward": None}
-    data["tracking"] = {**data["tracking"], "export_front": False}
-    return parse_config(data, source=f"pipeline.stages ({stage.name})")
+from ._price import schedule, stage_config, tensor_bytes
 
 
 @dataclass(frozen=True)
@@ -144,8 +121,15 @@ class PipelineSearch:
         names = config.pipeline.objective_names([o.name for o in config.objectives])
         self.objectives = [Objective(n, metric_direction(n, self.stage_names)) for n in names]
         self._constraints = [Constraint.parse(c) for c in config.constraints]
-        for c in self._constraints:
-            metric_direction(c.objective, self.stage_names)
+        # the frame's budget and power limit bind the search unless a constraint says more
+        named = {c.objective for c in self._constraints}
+        limits = {
+            "latency_ms@frame": self.pipeline.budget_ms,
+            "power_w@frame": self.pipeline.power_w,
+        }
+        for metric, bound in limits.items():
+            if bound is not None and metric not in named:
+                self._constraints.append(Constraint(metric, "<=", bound))
         self.runners: dict[str, Any] = {}
         self.scores: dict[str, dict[str, Any]] = {n: {} for n in self.stage_names}
         self.output_bytes: dict[str, int] = {}
@@ -168,13 +152,13 @@ class PipelineSearch:
             logger.info(
                 "pipeline: building stage %s (task, baseline, space, tables) ...", stage.name
             )
-            runner = TrialRunner(
-                stage_search_config(self.config, stage), store=self.store, driver=True
-            )
+            runner = TrialRunner(stage_config(self.config, stage), store=self.store, driver=True)
             self.runners[stage.name] = runner
-            self.output_bytes[stage.name] = _bytes(check_forward(runner.teacher, runner.example))
+            self.output_bytes[stage.name] = tensor_bytes(
+                check_forward(runner.teacher, runner.example)
+            )
             if FRAME in stage.reads and not self.frame_bytes:
-                self.frame_bytes = _bytes(runner.example)
+                self.frame_bytes = tensor_bytes(runner.example)
         if self.pipeline.frame_bytes is not None:
             self.frame_bytes = self.pipeline.frame_bytes
         plans = {n: self.runners[n].space.plan_of({}).to_dict() for n in self.stage_names}
@@ -196,10 +180,17 @@ class PipelineSearch:
             base["latency_ms@frame"],
             ", ".join(f"{n} on {d}" for n, d in best.placement.items()),
         )
+        budget = self.pipeline.budget_ms
+        if budget is not None and base["latency_ms@frame"] > budget:
+            gap = base["latency_ms@frame"] - budget
+            logger.info(
+                "pipeline: the budget is %.4g ms: compression must save %.4g ms (%.0f%%)",
+                budget, gap, 100 * gap / base["latency_ms@frame"],
+            )  # fmt: skip
         return self._baseline
 
     def _choices(self) -> dict[str, list[str]]:
-        names = [d.name if isinstance(d, DeviceSection) else d for d in self.config.devices]
+        names = self.config.listed_devices()
         return self.pipeline.placements_of(names)
 
     # -- one trial ----------------------------------------------------------------------
@@ -218,26 +209,14 @@ class PipelineSearch:
         placement: Mapping[str, str],
         baseline: PipelineTrial | None,
     ) -> dict[str, float]:
-        from frontier.latency_models import StageCost, price_frame
-
         stage_values = {n: self.score_stage(n, plans[n]) for n in self.stage_names}
-        costs = [
-            StageCost(
-                s.name,
-                placement[s.name],
-                stage_values[s.name][f"latency_ms@{placement[s.name]}"],
-                stage_values[s.name].get(f"energy_mj@{placement[s.name]}", 0.0),
-                tuple(s.reads),
-                self.output_bytes[s.name],
-            )
-            for s in self.pipeline.stages
-        ]
-        names = [d.name if isinstance(d, DeviceSection) else d for d in self.config.devices]
-        frame = price_frame(
-            costs,
-            links_of(self.config),
-            frame_device=self.pipeline.frame_device or names[0],
-            frame_bytes=self.frame_bytes,
+        frame = schedule(
+            self.config,
+            placement,
+            {n: v[f"latency_ms@{placement[n]}"] for n, v in stage_values.items()},
+            {n: v.get(f"energy_mj@{placement[n]}", 0.0) for n, v in stage_values.items()},
+            self.output_bytes,
+            self.frame_bytes,
         )
         out = {
             "latency_ms@frame": frame.latency_ms,

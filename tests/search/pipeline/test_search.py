@@ -98,6 +98,18 @@ def test_the_joint_search_finds_the_known_best_pipeline_and_scores_each_plan_onc
             )
 
 
+def test_the_frame_budget_binds_the_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["pipeline"]["budget_ms"] = 1e-6  # no pipeline of two models runs in a nanosecond
+    data["search"]["trials"] = 4
+    path.write_text(yaml.safe_dump(data))
+    result = PipelineSearch(load_config(path)).run()
+    assert [str(c) for c in result.constraints][-1] == "latency_ms@frame <= 1e-06"
+    assert result.front == [] and not any(t.feasible for t in result.trials)
+
+
 @pytest.mark.parametrize(
     ("over", "message"),
     [

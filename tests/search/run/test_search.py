@@ -392,7 +392,7 @@ def test_malformed_config_names_the_field(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert f"{path}: objectives.1.name: latency_ms needs a device" in err
     assert (
-        f"{path}: search.sampler: unknown sampler 'cmaes'; known: gp, nsga2, random, surrogate, tpe"
+        f"{path}: search.sampler: unknown sampler 'cmaes'; known: gp, grid, nsga2, random, surrogate, tpe"
         in err
     )
     path.write_text("constraints: ['size_bytes < 3']\n")
