@@ -974,6 +974,54 @@ def baseline_threads_section(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def pipeline_section(result: dict[str, Any]) -> list[str]:
+    """A pipeline of three own models: the front run here frame by frame beside its
+    prediction, and a placement on two runtimes measured beside one
+    (``bench_pipeline.py``)."""
+    rows = [
+        {
+            "trial": "uncompressed" if m["number"] < 0 else m["number"],
+            "predicted (ms)": m["predicted_ms"],
+            "measured (ms)": m["measured_ms"],
+            "pred/meas": m["predicted_ms"] / m["measured_ms"],
+            "speed-up predicted": m["speedup_predicted"],
+            "speed-up measured": m["speedup_measured"],
+        }
+        for m in result["measured"]
+    ]
+    place = result["placement"]
+    summary = result["summary"]
+    best = ", ".join(f"{s} on {d}" for s, d in place["best_placement"]["placement"].items())
+    return [
+        "### A pipeline of three models on one frame (`benchmarks/bench_pipeline.py`)",
+        "",
+        f"{result['date'][:16].replace('T', ' ')}, {result.get('commit', '')}: "
+        f"`{result['command']}`. Three users' own models (MNASNet 0.5, MobileNetV3-Small, "
+        "ResNet-18 on 32x32 frames) read one frame; each may run on `local-cpu` (ONNX "
+        "Runtime) or `local-openvino` (OpenVINO), 1 thread each; "
+        f"{result['trials']} joint trials at the proxy rung "
+        f"({result['search_s']:.0f} s; stage plans scored: "
+        + ", ".join(f"{k} {v}" for k, v in result["stage_plans_scored"].items())
+        + "). The front and the uncompressed pipeline run here frame by frame, one thread "
+        f"per device: frames within 10% of their prediction {summary['frames_within_10pct']}, "
+        f"speed-ups within 10% {summary['speedups_within_10pct']}.",
+        "",
+        md_table(pd.DataFrame(rows), 3),
+        "",
+        f"Placement: the uncompressed stages all on `local-cpu` were predicted "
+        f"{place['all_on_local_cpu']['predicted_ms']:.3g} ms and measured "
+        f"{place['all_on_local_cpu']['measured_ms']:.3g} ms; in the placement the tables "
+        f"price fastest ({best}) predicted {place['best_placement']['predicted_ms']:.3g} ms, "
+        f"measured {place['best_placement']['measured_ms']:.3g} ms: a gain of "
+        f"{summary['placement_gain_predicted']:.2f}x predicted, "
+        f"{summary['placement_gain_measured']:.2f}x measured. The same pipeline run twice "
+        f"in the same rounds differed by {100 * place['ceiling_same_pipeline_twice']:+.1f}%. "
+        "A plain loop of ONNX Runtime sessions over the uncompressed stages, one after "
+        f"another, ran {place['plain_loop_all_on_local_cpu_ms']:.3g} ms a frame.",
+        "",
+    ]
+
+
 def _run_start(note: str) -> str:
     """``YYYY-MM-DD HH:MM`` where a scenario row's note starts with the run's time."""
     found = re.match(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2})", note)
@@ -1263,6 +1311,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("reprice-*.json", reprice_section),  # bench_reprice.py: one file a scenario
         ("search.json", search_methods_section),
         ("baseline-threads.json", baseline_threads_section),
+        ("pipeline.json", pipeline_section),
     ):
         for path in sorted(logs.glob(pattern)):
             lines += section(json.loads(path.read_text()))

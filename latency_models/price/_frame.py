@@ -4,7 +4,8 @@ scheduled, and the frame's latency, energy and power read off the schedule.
 The schedule is the one a deployment runs with one worker per device: stages placed on
 one device run one after another (in the pipeline's order), stages on different devices
 overlap wherever the graph allows, and a tensor that crosses from one device to another
-is copied over their link (copies on one link one after another). The frame's latency
+is copied over their link once, whichever stages there read it (copies on one link one
+after another). The frame's latency
 is the end of its last stage: the critical path through that schedule. Energy is each
 stage's energy on its device plus each copy's; power is that energy times the frame
 rate. ``busiest_ms`` is the most one device works per frame: a stream of frames cannot
@@ -197,6 +198,7 @@ def price_frame(
     end_of = {FRAME: 0.0}
     came_from: dict[str, str] = {}  # stage -> what it last waited for
     copies: list[Copy] = []
+    arrived: dict[tuple[str, str], float] = {}  # (tensor, device) -> when its copy is there
     energy = 0.0
     for s in order(stages):
         ready = 0.0
@@ -204,7 +206,9 @@ def price_frame(
         for r in s.reads:
             at = end_of[r]
             link = links.between(device_of[r], s.device)
-            if link is not None:
+            if link is not None and (r, s.device) in arrived:
+                at = arrived[(r, s.device)]  # copied to this device already, for another
+            elif link is not None:
                 key = f"{link.a}<->{link.b}"
                 t0 = max(at, free.get(key, 0.0))
                 t1 = t0 + link.copy_ms(size_of[r])
@@ -212,7 +216,7 @@ def price_frame(
                 busy[key] = busy.get(key, 0.0) + (t1 - t0)
                 copies.append(Copy(r, s.name, key, size_of[r], t0, t1, link.copy_mj(size_of[r])))
                 energy += copies[-1].energy_mj
-                at = t1
+                at = arrived[(r, s.device)] = t1
             if at >= ready:
                 ready, waited = at, r
         t0 = max(ready, free.get(s.device, 0.0))

@@ -39,14 +39,14 @@ def test_stages_on_two_devices_overlap_and_copies_pay_the_link() -> None:
     link = Link("cpu", "npu", gbps=1.0, latency_ms=0.5, energy_nj_per_byte=2.0)
     stages = _three("npu", "npu", "cpu")
     got = price_frame(stages, Links([link]), frame_device="cpu", frame_bytes=2 * MB)
-    # the frame is copied to the npu once per reader, one copy after the other: 0.5 + 2 ms
-    assert [(c.start_ms, c.end_ms) for c in got.copies] == [(0.0, 2.5), (2.5, 5.0)]
+    # the frame is copied to the npu once, 0.5 + 2 ms, for both stages that read it there
+    assert [(c.start_ms, c.end_ms) for c in got.copies] == [(0.0, 2.5)]
     assert got.start_ms["det"] == pytest.approx(2.5)
     assert got.start_ms["seg"] == pytest.approx(12.5)  # after det on the npu
     assert got.start_ms["depth"] == 0.0  # on the cpu, at once
     assert got.latency_ms == pytest.approx(25.0)  # depth is the critical path
     assert got.critical == ("depth",)
-    assert got.energy_mj == pytest.approx(3.0 + 2 * 2 * MB * 2.0 * 1e-6)
+    assert got.energy_mj == pytest.approx(3.0 + 2 * MB * 2.0 * 1e-6)
     assert got.power_w(10) == pytest.approx(got.energy_mj * 10 / 1e3)
 
 
