@@ -71,6 +71,7 @@ from .price._frame import (
     StageCost,
     placements,
     price_frame,
+    stage_cycle,
 )
 from .price._model import LatencyModel, error_summary
 from .runner import (
@@ -143,6 +144,7 @@ __all__ = [
     "space_ops",
     "space_templates",
     "sparse_kernel",
+    "stage_cycle",
     "time_models",
     "validate",
     "whole_model_bytes",

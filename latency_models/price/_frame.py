@@ -152,6 +152,30 @@ class Links:
         )
 
 
+def stage_cycle(reads: Mapping[str, Sequence[str]]) -> list[str]:
+    """One cycle of stages that read each other (``reads``: stage -> the stages it
+    reads), its first stage repeated last; [] where there is none."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in reads.get(node, ()):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in reads:
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
 def order(stages: Sequence[StageCost]) -> list[StageCost]:
     """``stages`` in an order that runs every stage after what it reads (the given order
     where it allows); ``FrameError`` names an unknown input or a cycle."""
@@ -168,7 +192,8 @@ def order(stages: Sequence[StageCost]) -> list[StageCost]:
             None,
         )
         if ready is None:
-            raise FrameError(f"stages {', '.join(s.name for s in left)} read each other in a cycle")
+            cycle = stage_cycle({s.name: [r for r in s.reads if r != FRAME] for s in left})
+            raise FrameError(f"stages {' -> '.join(cycle)} read each other in a cycle")
         done.append(ready)
         left.remove(ready)
     return done

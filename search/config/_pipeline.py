@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from frontier.latency_models import stage_cycle
 from frontier.spaces import SpaceOptions
 
 #: what a stage reads when it reads the camera's frame
@@ -132,7 +133,7 @@ class PipelineSection(_Section):
                         f"pipeline.stages[{i}] ({s.name}): reads {r!r}, which is no stage; "
                         f"stages: {', '.join(names)} (or {FRAME!r})"
                     )
-        cycle = _cycle({s.name: [r for r in s.reads if r != FRAME] for s in self.stages})
+        cycle = stage_cycle({s.name: [r for r in s.reads if r != FRAME] for s in self.stages})
         if cycle:
             raise ValueError(f"pipeline.stages: {' -> '.join(cycle)} read each other in a cycle")
         if self.power_w is not None and self.fps is None:
@@ -205,26 +206,3 @@ class PipelineSection(_Section):
     def placements_of(self, devices: list[str]) -> dict[str, list[str]]:
         """Each stage's devices (its ``placements``, else every device listed)."""
         return {s.name: list(s.placements or devices) for s in self.stages}
-
-
-def _cycle(graph: dict[str, list[str]]) -> list[str]:
-    """One cycle of ``graph`` (node -> what it reads), first node repeated last; []."""
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for nxt in graph.get(node, []):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        state[node] = 2
-        path.pop()
-        return []
-
-    for node in graph:
-        if node not in state and (found := visit(node)):
-            return found
-    return []

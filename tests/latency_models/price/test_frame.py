@@ -92,7 +92,7 @@ def test_shared_memory_devices_hand_over_for_free_others_need_a_link() -> None:
         ),
         (
             [StageCost("a", "cpu", 1.0, reads=("b",)), StageCost("b", "cpu", 1.0, reads=("a",))],
-            "stages a, b read each other in a cycle",
+            "stages a -> b -> a read each other in a cycle",
         ),
     ],
     ids=["unknown-input", "cycle"],
