@@ -13,7 +13,6 @@ types, not values.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,11 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._log import logger
-
-#: frames run to warm each pipeline up, then frames timed per round, and rounds
-WARMUP_FRAMES = 20
-ROUNDS = 5
-ROUND_FRAMES = 30
 
 
 @dataclass(frozen=True)
@@ -111,16 +105,12 @@ def frame_runner(
 
 
 def time_frames(frames: Sequence[Callable[[], float]]) -> list[float]:
-    """Each pipeline's frame time (ms): all warmed up, then rounds visiting each in turn,
-    a round's median per pipeline, the median of those (the timing protocol's shape)."""
-    for f in frames:
-        for _ in range(WARMUP_FRAMES):
-            f()
-    medians: list[list[float]] = [[] for _ in frames]
-    for _ in range(ROUNDS):
-        for k, f in enumerate(frames):
-            medians[k].append(statistics.median(f() for _ in range(ROUND_FRAMES)))
-    return [statistics.median(m) for m in medians]
+    """Each pipeline's frame time (ms) by the timing protocol every latency Frontier
+    reports goes through (``runner.time_models``: warm-up, rounds visiting each pipeline
+    in turn, the median of its round medians); a frame times itself."""
+    from frontier.latency_models import time_models
+
+    return [st["median_ms"] for st in time_models(frames, timer=lambda frame: frame())]
 
 
 def measure_trials(search: Any, trials: Sequence[Any]) -> list[FrameMeasurement]:
