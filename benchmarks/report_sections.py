@@ -999,10 +999,17 @@ def pipeline_section(result: dict[str, Any]) -> list[str]:
         f"`{result['command']}`. Three users' own models (MNASNet 0.5, MobileNetV3-Small, "
         "ResNet-18 on 32x32 frames) read one frame; each may run on `local-cpu` (ONNX "
         "Runtime) or `local-openvino` (OpenVINO), 1 thread each; "
-        f"{result['trials']} joint trials at the proxy rung "
-        f"({result['search_s']:.0f} s; stage plans scored: "
-        + ", ".join(f"{k} {v}" for k, v in result["stage_plans_scored"].items())
-        + "). The front and the uncompressed pipeline run here frame by frame, one thread "
+        + (
+            f"{result['trials']} joint trials at the proxy rung, searched by an earlier run "
+            "whose journal this one resumed (the front priced again as the search prices "
+            "it now, then measured)"
+            if result.get("resumed")
+            else f"{result['trials']} joint trials at the proxy rung ({result['search_s']:.0f} s; "
+            "stage plans scored: "
+            + ", ".join(f"{k} {v}" for k, v in result["stage_plans_scored"].items())
+            + ")"
+        )
+        + ". The front and the uncompressed pipeline run here frame by frame, one thread "
         f"per device: frames within 10% of their prediction {summary['frames_within_10pct']}, "
         f"speed-ups within 10% {summary['speedups_within_10pct']}.",
         "",
@@ -1018,6 +1025,23 @@ def pipeline_section(result: dict[str, Any]) -> list[str]:
         f"in the same rounds differed by {100 * place['ceiling_same_pipeline_twice']:+.1f}%. "
         "A plain loop of ONNX Runtime sessions over the uncompressed stages, one after "
         f"another, ran {place['plain_loop_all_on_local_cpu_ms']:.3g} ms a frame.",
+        "",
+        *_context_line(result.get("stage_context_ms")),
+    ]
+
+
+def _context_line(context: dict[str, dict[str, float]] | None) -> list[str]:
+    """What running inside a frame cost each stage over running alone, as the search
+    measured it at the start and added to its table latency."""
+    if not context:
+        return ["Stages priced by their tables alone (no in-frame cost measured).", ""]
+    parts = [
+        f"{s} {', '.join(f'{ms:.3g} ms on {d}' for d, ms in on.items())}"
+        for s, on in context.items()
+    ]
+    return [
+        "In-frame cost measured at the start on the uncompressed stages and added to a "
+        "stage's table latency where it shares its device: " + "; ".join(parts) + ".",
         "",
     ]
 

@@ -117,6 +117,9 @@ class PipelineSection(_Section):
     #: the frame rate the pipeline must keep up with, and its power limit there
     fps: float | None = Field(default=None, gt=0)
     power_w: float | None = Field(default=None, gt=0)
+    #: time each stage inside a frame of the uncompressed stages at the start, and add
+    #: what the frame costs it over running alone to its table latency (docs/pipelines.md)
+    stage_context: bool = True
 
     @model_validator(mode="after")
     def _graph(self) -> PipelineSection:

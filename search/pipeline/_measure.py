@@ -13,6 +13,7 @@ types, not values.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,48 +61,85 @@ def measurable(placement: Mapping[str, str]) -> str:
     return ""
 
 
-def frame_runner(
-    runs: Mapping[str, Callable[[], Any]],
-    placement: Mapping[str, str],
-    reads: Mapping[str, Sequence[str]],
-    order: Sequence[str],
-) -> Callable[[], float]:
-    """A call that runs one frame through the stages and returns its time in ms: one
-    thread per device runs its stages in ``order``, each once every stage it reads is
-    done (runtimes release the GIL while they run, so devices overlap)."""
-    devices = list(dict.fromkeys(placement[s] for s in order))
-    queues = {d: [s for s in order if placement[s] == d] for d in devices}
+class FrameRunner:
+    """Runs one frame through the stages and returns its time in ms, as a deployment runs
+    them: one worker thread per device, started once and kept, each running its stages
+    in ``order`` once every stage they read is done (runtimes release the GIL while they
+    run, so devices overlap). ``stage_ms`` collects each stage's own time while
+    ``record`` is set. ``close()`` stops the workers."""
 
-    def frame() -> float:
-        done = {s: threading.Event() for s in order}
-        errors: list[BaseException] = []
-
-        def work(device: str) -> None:
-            try:
-                for s in queues[device]:
-                    for r in reads[s]:
-                        if r in done:
-                            done[r].wait()
-                    runs[s]()
-                    done[s].set()
-            except BaseException as err:  # surfaced in the caller
-                errors.append(err)
-                for e in done.values():
-                    e.set()
-
-        threads = [threading.Thread(target=work, args=(d,)) for d in devices[1:]]
-        start = time.perf_counter()
-        for t in threads:
+    def __init__(
+        self,
+        runs: Mapping[str, Callable[[], Any]],
+        placement: Mapping[str, str],
+        reads: Mapping[str, Sequence[str]],
+        order: Sequence[str],
+    ) -> None:
+        self.runs, self.reads = runs, reads
+        self.devices = list(dict.fromkeys(placement[s] for s in order))
+        self.queues = {d: [s for s in order if placement[s] == d] for d in self.devices}
+        self.record = False
+        self.stage_ms: dict[str, list[float]] = {s: [] for s in order}
+        self._inbox: dict[str, queue.SimpleQueue[Any]] = {}
+        self._threads = []
+        for d in self.devices[1:]:
+            self._inbox[d] = queue.SimpleQueue()
+            t = threading.Thread(target=self._worker, args=(d,), daemon=True)
             t.start()
-        work(devices[0])
-        for t in threads:
-            t.join()
+            self._threads.append(t)
+
+    def _work(self, device: str, done: dict[str, threading.Event], errors: list[Any]) -> None:
+        try:
+            for s in self.queues[device]:
+                for r in self.reads[s]:
+                    if r in done:
+                        done[r].wait()
+                start = time.perf_counter()
+                self.runs[s]()
+                if self.record:
+                    self.stage_ms[s].append((time.perf_counter() - start) * 1e3)
+                done[s].set()
+        except BaseException as err:  # surfaced in the caller
+            errors.append(err)
+            for e in done.values():
+                e.set()
+
+    def _worker(self, device: str) -> None:
+        while (job := self._inbox[device].get()) is not None:
+            done, errors, finished = job
+            self._work(device, done, errors)
+            finished.release()
+
+    def __call__(self) -> float:
+        done = {s: threading.Event() for s in self.stage_ms}
+        errors: list[BaseException] = []
+        finished = threading.Semaphore(0)
+        start = time.perf_counter()
+        for inbox in self._inbox.values():
+            inbox.put((done, errors, finished))
+        self._work(self.devices[0], done, errors)
+        for _ in self._inbox:
+            finished.acquire()
         elapsed = (time.perf_counter() - start) * 1e3
         if errors:
             raise errors[0]
         return elapsed
 
-    return frame
+    def close(self) -> None:
+        for inbox in self._inbox.values():
+            inbox.put(None)
+        for t in self._threads:
+            t.join()
+
+
+def frame_runner(
+    runs: Mapping[str, Callable[[], Any]],
+    placement: Mapping[str, str],
+    reads: Mapping[str, Sequence[str]],
+    order: Sequence[str],
+) -> FrameRunner:
+    """A ``FrameRunner`` of ``runs`` in ``placement``; close it when done."""
+    return FrameRunner(runs, placement, reads, order)
 
 
 def time_frames(frames: Sequence[Callable[[], float]]) -> list[float]:
@@ -113,13 +151,94 @@ def time_frames(frames: Sequence[Callable[[], float]]) -> list[float]:
     return [st["median_ms"] for st in time_models(frames, timer=lambda frame: frame())]
 
 
+def open_stage(search: Any, stage: str, plan: Mapping[str, Any], device: str, rng: Any) -> Any:
+    """A call that runs ``stage`` compressed by ``plan`` once, exported as ``device``
+    runs it (its precision and INT8 form) and opened in that device's runtime here."""
+    from frontier.latency_models import local_device, quiet_root_logger, whole_model_bytes
+    from frontier.spaces import CompressionPlan
+
+    runner = search.runners[stage]
+    here = local_device(device)
+    assert here is not None, device  # measurable() said so
+    with quiet_root_logger():  # ONNX Runtime's quantizer advises on every model
+        data = whole_model_bytes(
+            runner.teacher,
+            CompressionPlan.from_dict(dict(plan), space=runner.space),
+            runner.example,
+            runner.task.calibration_batches(),
+            half=here.half,
+            qdq=here.int8_qdq,
+        )
+    run, _ = here.backend().open(data, {}, batch_size=here.batch_size, rng=rng)
+    return run
+
+
+#: the in-frame rounds: each stage alone, then whole frames, ``CONTEXT_ROUNDS`` times,
+#: each block at least ``CONTEXT_MIN_RUNS`` runs and ``CONTEXT_BLOCK_S`` long
+CONTEXT_ROUNDS, CONTEXT_MIN_RUNS, CONTEXT_BLOCK_S = 5, 10, 0.2
+
+
+def stage_context_ms(
+    search: Any, plans: Mapping[str, Mapping[str, Any]], choices: Mapping[str, Sequence[str]]
+) -> dict[str, dict[str, float]]:
+    """What running inside a frame costs each stage over running alone, in ms, on each
+    device of this machine it may be placed on: the stages that may share that device run
+    ``plans`` one after another, frame after frame, and each stage's median time there is
+    set against its median run alone, in the same rounds (never below 0). A stage placed
+    after others finds its weights and the runtime's state evicted by them; its table,
+    timed in a loop of itself, cannot see that. Devices not of this machine get 0."""
+    import statistics
+
+    import numpy as np
+
+    order = list(plans)
+    out: dict[str, dict[str, float]] = {s: {} for s in order}
+    rng = np.random.default_rng(0)
+    for device in dict.fromkeys(d for s in order for d in choices[s]):
+        on = [s for s in order if device in choices[s]]
+        if len(on) < 2 or measurable({s: device for s in on}):
+            for s in on:
+                out[s][device] = 0.0
+            continue
+        logger.info("pipeline: timing %s inside a frame on %s and alone ...", ", ".join(on), device)
+        runs = {s: open_stage(search, s, plans[s], device, rng) for s in on}
+        frame = FrameRunner(runs, {s: device for s in on}, {s: [] for s in on}, on)
+        alone: dict[str, list[float]] = {s: [] for s in on}
+        try:
+            for _ in range(CONTEXT_MIN_RUNS):
+                frame()
+            for _ in range(CONTEXT_ROUNDS):
+                for s in on:
+                    end = time.perf_counter() + CONTEXT_BLOCK_S
+                    k = 0
+                    while k < CONTEXT_MIN_RUNS or time.perf_counter() < end:
+                        start = time.perf_counter()
+                        runs[s]()
+                        alone[s].append((time.perf_counter() - start) * 1e3)
+                        k += 1
+                frame.record = True
+                end = time.perf_counter() + CONTEXT_BLOCK_S
+                k = 0
+                while k < CONTEXT_MIN_RUNS or time.perf_counter() < end:
+                    frame()
+                    k += 1
+                frame.record = False
+        finally:
+            frame.close()
+        for s in on:
+            inside, by_itself = statistics.median(frame.stage_ms[s]), statistics.median(alone[s])
+            out[s][device] = max(0.0, inside - by_itself)
+            logger.info(
+                "pipeline: %s on %s: %.4g ms inside a frame, %.4g ms alone",
+                s, device, inside, by_itself,
+            )  # fmt: skip
+    return out
+
+
 def measure_trials(search: Any, trials: Sequence[Any]) -> list[FrameMeasurement]:
     """The uncompressed pipeline (first) and each of ``trials`` (``PipelineTrial``) run
     here, frame by frame; those that cannot run here are left out, with a line."""
     import numpy as np
-
-    from frontier.latency_models import local_device, quiet_root_logger, whole_model_bytes
-    from frontier.spaces import CompressionPlan
 
     from ..config._pipeline import FRAME
 
@@ -138,27 +257,15 @@ def measure_trials(search: Any, trials: Sequence[Any]) -> list[FrameMeasurement]
     if not runnable or runnable[0] is not baseline:
         return []
     rng = np.random.default_rng(0)
-    frames = []
-    for t in runnable:
-        runs = {}
-        for s in order:
-            runner = search.runners[s]
-            device = local_device(t.placement[s])
-            assert device is not None  # measurable() said so
-            plan = CompressionPlan.from_dict(t.plans[s], space=runner.space)
-            with quiet_root_logger():  # ONNX Runtime's quantizer advises on every model
-                data = whole_model_bytes(
-                    runner.teacher,
-                    plan,
-                    runner.example,
-                    runner.task.calibration_batches(),
-                    half=device.half,
-                    qdq=device.int8_qdq,
-                )
-            run, _ = device.backend().open(data, {}, batch_size=device.batch_size, rng=rng)
-            runs[s] = run
-        frames.append(frame_runner(runs, t.placement, reads, order))
-    measured = time_frames(frames)
+    frames: list[FrameRunner] = []
+    try:
+        for t in runnable:
+            runs = {s: open_stage(search, s, t.plans[s], t.placement[s], rng) for s in order}
+            frames.append(frame_runner(runs, t.placement, reads, order))
+        measured = time_frames(frames)
+    finally:
+        for f in frames:
+            f.close()
     base_ms = measured[0]
     base_pred = baseline.values["latency_ms@frame"]
     out = []

@@ -137,6 +137,9 @@ class PipelineSearch:
         self.constraints: list[Constraint] = []
         self._baseline: PipelineTrial | None = None
         self.baseline_values: dict[str, float] = {}
+        #: what running inside a frame costs each stage on each device (ms), measured
+        #: once and kept beside the journal
+        self.context_ms: dict[str, dict[str, float]] = {}
 
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> PipelineTrial:
@@ -162,6 +165,7 @@ class PipelineSearch:
         if self.pipeline.frame_bytes is not None:
             self.frame_bytes = self.pipeline.frame_bytes
         plans = {n: self.runners[n].space.plan_of({}).to_dict() for n in self.stage_names}
+        self.context_ms = self._context(plans)
         best: PipelineTrial | None = None
         from frontier.latency_models import placements
 
@@ -193,6 +197,39 @@ class PipelineSearch:
         names = self.config.listed_devices()
         return self.pipeline.placements_of(names)
 
+    @property
+    def context_path(self) -> Path:
+        """Where the stages' in-frame costs are kept (beside the journal)."""
+        return Path(self.storage).with_suffix(".context.json")
+
+    def _context(self, plans: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+        """Each stage's in-frame cost on each device: read from beside the journal where
+        a search measured it for these stages and devices, else measured here and kept."""
+        from ._measure import stage_context_ms
+
+        if not self.pipeline.stage_context:
+            return {}
+        choices = self._choices()
+        key = {"plans": plans, "choices": choices}
+        if self.context_path.exists():
+            kept = json.loads(self.context_path.read_text())
+            if kept.get("key") == json.loads(json.dumps(key)):
+                return dict(kept["context_ms"])
+        context = stage_context_ms(self, plans, choices)
+        self.context_path.parent.mkdir(parents=True, exist_ok=True)
+        self.context_path.write_text(json.dumps({"key": key, "context_ms": context}, indent=1))
+        return context
+
+    def stage_latency_ms(
+        self, stage: str, values: Mapping[str, float], placement: Mapping[str, str]
+    ) -> float:
+        """A stage's latency inside the frame: its table's on the device it is placed on,
+        plus what the frame costs it there when another stage shares that device."""
+        device = placement[stage]
+        shared = any(placement[s] == device for s in placement if s != stage)
+        extra = self.context_ms.get(stage, {}).get(device, 0.0) if shared else 0.0
+        return float(values[f"latency_ms@{device}"]) + extra
+
     # -- one trial ----------------------------------------------------------------------
     def score_stage(self, stage: str, plan: Mapping[str, Any]) -> dict[str, float]:
         """A stage's metrics for ``plan``: scored once per distinct plan, then reused."""
@@ -213,7 +250,7 @@ class PipelineSearch:
         frame = schedule(
             self.config,
             placement,
-            {n: v[f"latency_ms@{placement[n]}"] for n, v in stage_values.items()},
+            {n: self.stage_latency_ms(n, v, placement) for n, v in stage_values.items()},
             {n: v.get(f"energy_mj@{placement[n]}", 0.0) for n, v in stage_values.items()},
             self.output_bytes,
             self.frame_bytes,
@@ -228,7 +265,7 @@ class PipelineSearch:
         kept = math.inf
         for n, v in stage_values.items():
             out[f"{n}.accuracy"] = v["accuracy"]
-            out[f"{n}.latency_ms"] = v[f"latency_ms@{placement[n]}"]
+            out[f"{n}.latency_ms"] = self.stage_latency_ms(n, v, placement)
             if baseline is not None:
                 base = baseline.values[f"{n}.accuracy"]
                 out[f"{n}.accuracy_drop"] = base - v["accuracy"]
@@ -255,7 +292,6 @@ class PipelineSearch:
 
         from ..trials._samplers import build_sampler
 
-        baseline = self.prepare()
         total = trials or self.config.search.trials
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         Path(self.storage).parent.mkdir(parents=True, exist_ok=True)
@@ -274,6 +310,8 @@ class PipelineSearch:
         done = len([t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)])
         if done:
             logger.info("pipeline: resuming %s at trial %d of %d", self.config.name, done, total)
+            self._reuse_scores(study)
+        baseline = self.prepare()
         if not done:  # the uncompressed pipeline first, in its fastest placement
             study.enqueue_trial(self._params(baseline))
         choices = self._choices()
@@ -307,6 +345,9 @@ class PipelineSearch:
             for c in self.constraints:
                 trial.set_constraint(str(c), c.violation(values[c.objective]))
             trial.set_user_attr("values", values)
+            trial.set_user_attr(
+                "stages", {s: self.score_stage(s, plans[s]) for s in self.stage_names}
+            )
             study.tell(trial, [values[o.name] for o in self.objectives])
             tracker.log_trial(
                 PipelineTrial(
@@ -396,6 +437,18 @@ class PipelineSearch:
                 label, m.predicted_ms, m.measured_ms, m.speedup_predicted, m.speedup_measured,
             )  # fmt: skip
         return measured
+
+    def _reuse_scores(self, study: Any) -> None:
+        """The stage scores a resumed search's completed trials kept: a plan scored
+        before is not scored again."""
+        for t in study.trials:
+            plans, scored = t.user_attrs.get("plans", {}), t.user_attrs.get("stages", {})
+            for s, values in scored.items():
+                if s in self.scores and s in plans:
+                    self.scores[s].setdefault(json.dumps(plans[s], sort_keys=True), values)
+        kept = sum(len(v) for v in self.scores.values())
+        if kept:
+            logger.info("pipeline: %d stage plans scored before are not scored again", kept)
 
     def _params(self, trial: PipelineTrial) -> dict[str, Any]:
         """The Optuna parameters of a pipeline: each stage's plan and placement."""

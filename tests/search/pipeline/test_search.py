@@ -9,6 +9,7 @@ import itertools
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ def _write(tmp_path: Path, **over: Any) -> Path:
             "stages": [
                 {"name": "a", "task": MLP, "space": SPACE},
                 {"name": "b", "task": MLP, "space": SPACE},
-            ]
+            ],
+            "stage_context": False,  # the tables alone: the known best is worked out from them
         },
         **over,
     }
@@ -174,13 +176,82 @@ def test_a_frame_runs_its_stages_in_order_and_overlaps_devices() -> None:
     runs = {"a": stage("a", 0.05), "b": stage("b", 0.05), "c": stage("c", 0.0)}
     reads = {"a": [], "b": [], "c": ["a", "b"]}
     split = frame_runner(runs, {"a": "x", "b": "y", "c": "x"}, reads, ["a", "b", "c"])
-    ms = split()
-    assert 50 <= ms < 95  # a and b overlap on two devices
-    assert log.index("c+") > max(log.index("a-"), log.index("b-"))  # c waits for both
+    threads = threading.active_count()
+    try:
+        ms = split()
+        assert 50 <= ms < 95  # a and b overlap on two devices
+        assert log.index("c+") > max(log.index("a-"), log.index("b-"))  # c waits for both
+        split.record = True
+        split()
+        # the workers are started once, as a deployment's: a frame starts no thread
+        assert threading.active_count() == threads
+        assert split.stage_ms["a"][0] >= 50 and split.stage_ms["c"][0] < 50
+    finally:
+        split.close()
+    assert threading.active_count() == threads - 1
     log.clear()
     one = frame_runner(runs, {"a": "x", "b": "x", "c": "x"}, reads, ["a", "b", "c"])
     assert one() >= 100  # one device: one after another
     assert log == ["a+", "a-", "b+", "b-", "c+", "c-"]
+    one.close()
+
+
+def test_a_failing_stage_fails_its_frame_and_stops_no_worker() -> None:
+    from frontier.search.pipeline._measure import frame_runner
+
+    def boom() -> None:
+        raise RuntimeError("stage b broke")
+
+    frame = frame_runner(
+        {"a": lambda: None, "b": boom}, {"a": "x", "b": "y"}, {"a": [], "b": []}, ["a", "b"]
+    )
+    try:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="stage b broke"):
+                frame()
+    finally:
+        frame.close()
+
+
+@pytest.mark.slow
+def test_each_stage_is_priced_as_it_runs_inside_a_frame_and_kept_for_a_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, devices=["local-cpu", "local-cpu-2t"])
+    data = yaml.safe_load(path.read_text())
+    data["pipeline"]["stage_context"] = True
+    data["search"] |= {"sampler": "random", "trials": 4}
+    path.write_text(yaml.safe_dump(data))
+    search = PipelineSearch(load_config(path))
+    first = search.run()
+    context = search.context_ms
+    assert set(context) == {"a", "b"} and set(context["a"]) == {"local-cpu", "local-cpu-2t"}
+    assert all(ms >= 0 for d in context.values() for ms in d.values())
+    kept = json.loads(search.context_path.read_text())
+    assert kept["context_ms"] == context
+    for t in first.trials:
+        for s, other in (("a", "b"), ("b", "a")):
+            device = t.placement[s]
+            table = search.scores[s][json.dumps(t.plans[s], sort_keys=True)][f"latency_ms@{device}"]
+            shared = t.placement[other] == device
+            # a stage sharing its device pays what the frame costs it there; alone, none
+            assert t.values[f"{s}.latency_ms"] == pytest.approx(
+                table + (context[s][device] if shared else 0.0)
+            )
+    # a resumed search measures nothing again and scores no plan it scored before
+    import frontier.search.pipeline._measure as measure
+    from frontier.search.trials._trials import TrialRunner
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("measured or scored again")
+
+    monkeypatch.setattr(measure, "stage_context_ms", refuse)
+    monkeypatch.setattr(TrialRunner, "run_job", refuse)
+    again = PipelineSearch(load_config(path))
+    resumed = again.run(trials=4)
+    assert again.context_ms == context
+    assert [t.values for t in resumed.trials] == [t.values for t in first.trials]
 
 
 @pytest.mark.slow
