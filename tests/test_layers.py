@@ -71,7 +71,10 @@ TIERS: dict[str, list[str]] = {
         "_training",
         "_tasks",
         "_digits _efficientnet _idx _imagefolder _text_data",
-        "_fashion _text",
+        "_fashion _text perception._scenes",
+        "perception._formats",
+        "perception._metrics",
+        "perception.__init__",
         "__init__",
     ],
 }
@@ -84,6 +87,7 @@ TIERS: dict[str, list[str]] = {
 FOLDERS: dict[str, list[str]] = {
     "search": ["", "config", "front", "study", "tracking", "trials", "run", "pipeline", "cli"],
     "latency_models": ["", "ops", "device", "calibrate", "price", "bundle", "measure"],
+    "experiments": ["", "perception"],
 }
 
 #: No folder holds more modules than this (STYLE: a folder past about 20 modules splits
