@@ -9,11 +9,15 @@ returns the evaluator; calling it on a ``Candidate`` and an ``EvalSetup`` return
 from ._accuracy import (
     FIDELITIES,
     AccuracyEvaluator,
+    BatchMean,
     distill,
     kd_loss,
     measure_accuracy,
     measure_onnx_accuracy,
     proxy_signals,
+    task_agreement,
+    task_loss,
+    task_score,
 )
 from ._base import (
     MAXIMIZE,
@@ -45,6 +49,7 @@ __all__ = [
     "MINIMIZE",
     "SAVINGS_PREFIX",
     "AccuracyEvaluator",
+    "BatchMean",
     "BopsEvaluator",
     "Candidate",
     "CarbonEvaluator",
@@ -68,4 +73,7 @@ __all__ = [
     "proxy_signals",
     "register_evaluator",
     "serving_savings",
+    "task_agreement",
+    "task_loss",
+    "task_score",
 ]

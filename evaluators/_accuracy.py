@@ -71,12 +71,69 @@ def _top1(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return float((logits.argmax(dim=-1) == targets).float().mean())
 
 
+class BatchMean:
+    """A whole split's score from a per-batch ``metric(outputs, targets)``: each batch's
+    value weighted by its size (top-1 accuracy adds up so)."""
+
+    def __init__(self, metric: Any = _top1) -> None:
+        self.metric, self.total, self.weighted = metric, 0, 0.0
+
+    def update(self, outputs: Any, targets: Any) -> None:
+        self.weighted += float(self.metric(outputs, targets)) * len(targets)
+        self.total += len(targets)
+
+    def compute(self) -> float:
+        return self.weighted / self.total if self.total else 0.0
+
+
+def task_score(task: Any) -> Any:
+    """A call that makes a fresh score of ``task``'s metric over a split: its
+    ``score()`` where it has one (a metric that is no mean of batches: mAP, mean IoU),
+    else ``BatchMean`` of its per-batch ``metric`` (top-1 where it has none)."""
+    found = getattr(task, "score", None)
+    if callable(found):
+        return found
+    metric = getattr(task, "metric", _top1)
+    return lambda: BatchMean(metric)
+
+
+def task_loss(task: Any) -> Any:
+    """``task``'s training loss ``loss(outputs, targets, teacher_outputs, *,
+    temperature, alpha)`` where it has one (detection, segmentation, depth), else
+    ``kd_loss`` on class logits."""
+    found = getattr(task, "loss", None)
+    if callable(found):
+        return found
+
+    def loss(outputs: Any, targets: Any, teacher: Any, *, temperature: float, alpha: float) -> Any:
+        return kd_loss(outputs, teacher, targets, temperature=temperature, alpha=alpha)
+
+    return loss
+
+
+def _argmax_agreement(outputs: torch.Tensor, teacher: torch.Tensor) -> float:
+    return float((outputs.argmax(-1) == teacher.argmax(-1)).float().mean())
+
+
+def task_agreement(task: Any) -> Any:
+    """``task``'s ``agreement(outputs, teacher_outputs)`` (its metric with the teacher's
+    answers as the truth) where it has one, else the share of top-1 classes that agree."""
+    found = getattr(task, "agreement", None)
+    return found if callable(found) else _argmax_agreement
+
+
 def measure_accuracy(
-    model: nn.Module, loader: Any, metric: Any = _top1, *, labels: list[Any] | None = None
+    model: nn.Module,
+    loader: Any,
+    metric: Any = _top1,
+    *,
+    labels: list[Any] | None = None,
+    score: Any = None,
 ) -> float:
     """The task metric over ``loader``, each batch weighted by its size, on the device
-    ``model`` is on; ``labels``, if given, gets each batch's targets appended (as the
-    loader gave them: one pass over the data for both).
+    ``model`` is on (``score``: a call making a whole-split score, ``task_score``,
+    instead of the mean of ``metric``); ``labels``, if given, gets each batch's targets
+    appended (as the loader gave them: one pass over the data for both).
 
     Raises:
         EvaluationError: the model's outputs are not finite (NaN or infinite): argmax
@@ -85,7 +142,8 @@ def measure_accuracy(
     was = model.training
     model.eval()
     device = model_device(model)
-    total, weighted = 0, 0.0
+    scored = score() if score is not None else BatchMean(metric)
+    total = 0
     with torch.no_grad():
         for i, (x, y_given) in enumerate(loader):
             y = to_device(y_given, device)
@@ -96,17 +154,19 @@ def measure_accuracy(
                     f"the model's outputs are not finite (NaN or inf) on batch {i} of the "
                     "evaluation data"
                 )
-            weighted += metric(out, y) * len(y)
+            scored.update(out, y)
             total += len(y)
             if labels is not None:
                 labels.append(y_given)
     model.train(was)
     if total == 0:
         raise EvaluationError("the evaluation data held no batch (the task's loader is empty)")
-    return weighted / total
+    return float(scored.compute())
 
 
-def measure_onnx_accuracy(path: Any, loader: Any, metric: Any = _top1) -> float:
+def measure_onnx_accuracy(
+    path: Any, loader: Any, metric: Any = _top1, *, score: Any = None
+) -> float:
     """The task metric of an ONNX model (a file path) over ``loader``, each batch
     weighted by its size, on ONNX Runtime's CPU provider. An input shorter than the
     model's fixed shape (a text batch cut to its longest text) is padded with zeros,
@@ -118,7 +178,7 @@ def measure_onnx_accuracy(path: Any, loader: Any, metric: Any = _top1) -> float:
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     spec = session.get_inputs()[0]
-    total, weighted = 0, 0.0
+    scored = score() if score is not None else BatchMean(metric)
     for x, y in loader:
         array = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
         pad = [
@@ -130,9 +190,8 @@ def measure_onnx_accuracy(path: Any, loader: Any, metric: Any = _top1) -> float:
         logits = torch.from_numpy(session.run(None, {spec.name: array})[0])
         if not bool(torch.isfinite(logits).all()):
             raise EvaluationError(f"{path}: the model's outputs are not finite (NaN or inf)")
-        weighted += metric(logits, y) * len(y)
-        total += len(y)
-    return weighted / max(total, 1)
+        scored.update(logits, y)
+    return float(scored.compute())
 
 
 def _first(loader: Any, samples: int | None) -> Any:
@@ -162,18 +221,23 @@ def distill(
     patience: int | None = None,
     eval_every: int = 0,
     accelerator: Accelerator = CPU,
+    loss: Any = None,
+    score: Any = None,
 ) -> list[float]:
     """Fine-tune ``student`` with knowledge distillation from ``teacher`` (left unchanged).
 
     With ``patience``, validation accuracy is checked every ``eval_every`` steps and the
     run stops after ``patience`` checks without improvement, restoring the best weights.
     ``student`` and ``teacher`` must already be on ``accelerator``'s device; each batch
-    goes there, and the forward passes run under its autocast.
+    goes there, and the forward passes run under its autocast. ``loss`` and ``score``:
+    the task's (``task_loss``, ``task_score``; default: distillation of class logits
+    and top-1 accuracy).
 
     Returns:
         The training loss of every step.
     """
     torch.manual_seed(seed)
+    loss_fn = loss or task_loss(None)
     teacher.eval()
     student.train()
     images = any(p.dim() == 4 for p in student.parameters())
@@ -203,19 +267,19 @@ def distill(
                     t_logits = teacher(batch[0] if host_teacher else x)
             logits = student(x)
         # the loss in FP32: under autocast the logits may be bf16
-        loss = kd_loss(
+        value = loss_fn(
             logits.float(),
-            None if t_logits is None else t_logits.float(),
             y,
+            None if t_logits is None else t_logits.float(),
             temperature=temperature,
             alpha=alpha,
         )
         opt.zero_grad()
-        loss.backward()
+        value.backward()
         opt.step()
-        losses.append(loss.detach())
+        losses.append(value.detach())
         if patience is not None and eval_every and step % eval_every == 0:
-            acc = measure_accuracy(student, loaders.val)
+            acc = measure_accuracy(student, loaders.val, score=score)
             if acc > best_acc:
                 best_acc, bad = acc, 0
                 best_state = copy.deepcopy(student.state_dict())
@@ -237,6 +301,8 @@ def proxy_signals(
     *,
     saliency: bool = True,
     teacher_logits: torch.Tensor | None = None,
+    loss: Any = None,
+    agreement: Any = None,
 ) -> dict[str, float]:
     """Zero-cost signals on held-out ``batches`` of ``(inputs, targets)``, taken as one
     set: top-1 agreement with the teacher, minus the KL divergence from the teacher, and
@@ -245,7 +311,11 @@ def proxy_signals(
     ``bn_batches``, batch norm statistics are re-estimated on them first (forward passes
     only). ``teacher_logits``: the teacher's outputs on ``batches`` in order, where the
     caller keeps them (the same for every plan). The signals are taken on the device
-    ``batches`` are on (a copy of ``model`` goes there)."""
+    ``batches`` are on (a copy of ``model`` goes there). ``loss`` and ``agreement``: the
+    task's (``task_loss``, ``task_agreement``): the KL term is its loss at alpha 1 (pure
+    distillation), saliency's gradient its loss at alpha 0."""
+    loss_fn = loss or task_loss(None)
+    agree = agreement or _argmax_agreement
     device = next((x.device for x, _ in batches if isinstance(x, torch.Tensor)), None)
     model = copy.deepcopy(model) if device is None else copy.deepcopy(model).to(device)
     recalibrate_bn(model, bn_batches or [])
@@ -258,16 +328,12 @@ def proxy_signals(
         logits = torch.cat([model(x) for x, _ in batches])
     if not bool(torch.isfinite(logits).all()):
         raise EvaluationError("the model's outputs are not finite (NaN or inf) on the proxy batch")
-    agreement = float((logits.argmax(-1) == teacher_logits.argmax(-1)).float().mean())
-    kl = float(
-        F.kl_div(
-            F.log_softmax(logits, -1), F.softmax(teacher_logits, -1), reduction="batchmean"
-        ).detach()
-    )
-    signals = {"agreement": agreement, "neg_kl": -kl}
+    with torch.no_grad():
+        kl = float(loss_fn(logits.detach(), y, teacher_logits, temperature=1.0, alpha=1.0))
+    signals = {"agreement": float(agree(logits.detach(), teacher_logits)), "neg_kl": -kl}
     if saliency:
         model.zero_grad()
-        F.cross_entropy(logits, y).backward()
+        loss_fn(logits, y, None, temperature=1.0, alpha=0.0).backward()
         total, count = 0.0, 0
         for p in model.parameters():
             if p.grad is not None and p.dim() > 1:
@@ -366,6 +432,8 @@ class AccuracyEvaluator(Evaluator):
                 setup.calibration(),
                 saliency=self.all_signals or self.signal == "saliency",
                 teacher_logits=teacher_logits,
+                loss=task_loss(setup.task),
+                agreement=task_agreement(setup.task),
             )
             return compressed, Measurement(signals[self.signal], "fraction", "proxy", 0.0, signals)
         student = setup.placed(compressed)
@@ -383,9 +451,11 @@ class AccuracyEvaluator(Evaluator):
                 lr=self.lr,
                 seed=setup.seed,
                 accelerator=setup.accelerator,
+                loss=task_loss(setup.task),
+                score=task_score(setup.task),
             )
             value = measure_accuracy(
-                student, _first(loaders.val, self.val_samples), setup.task.metric
+                student, _first(loaders.val, self.val_samples), score=task_score(setup.task)
             )
             split = "val"
         else:
@@ -402,10 +472,12 @@ class AccuracyEvaluator(Evaluator):
                 patience=self.patience,
                 eval_every=epoch,
                 accelerator=setup.accelerator,
+                loss=task_loss(setup.task),
+                score=task_score(setup.task),
             )
             # the test split only reports (a front member, once, at the end of a search):
             # what chooses models never reads it
-            value = measure_accuracy(student, loaders.val, setup.task.metric)
+            value = measure_accuracy(student, loaders.val, score=task_score(setup.task))
             split = "val"
         details = {
             "split": split,

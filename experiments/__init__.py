@@ -8,6 +8,7 @@ experiments ``frontier`` runs by name.
 
 from pathlib import Path
 
+from . import perception as perception  # registers the scene-* tasks
 from ._digits import (
     DigitsTask,
     Recipe,

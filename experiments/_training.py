@@ -67,12 +67,13 @@ def fit(
     *,
     epochs: int,
     opt: torch.optim.Optimizer,
-    loss_fn: nn.Module,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
     sched: Any = None,
     sched_per: str = "step",
     clip_norm: float | None = None,
     progress: Callable[[int], None] | None = None,
     label: str = "",
+    score: Callable[[nn.Module, DataLoader[Any]], float] | None = None,
 ) -> float:
     """Train ``model`` for ``epochs`` and keep the weights of its best validation epoch
     (the first best on a tie); returns that epoch's validation accuracy. It trains on
@@ -87,6 +88,8 @@ def fit(
         clip_norm: clip the gradients' norm to this before each step.
         progress: called with the steps done so far after each step.
         label: when given, a line per epoch on stderr (validation accuracy, seconds).
+        score: the validation metric of ``model`` over a loader (default: top-1
+            accuracy, ``evaluate``).
     """
     best, best_state = -1.0, None
     start, step = time.perf_counter(), 0
@@ -110,7 +113,7 @@ def fit(
                 progress(step)
         if sched is not None and sched_per == "epoch":
             sched.step()
-        acc = evaluate(model, val)
+        acc = (score or evaluate)(model, val)
         if label:
             print(
                 f"{label}: epoch {epoch + 1}/{epochs}, validation accuracy {acc:.4f}, "

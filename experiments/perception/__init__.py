@@ -12,6 +12,7 @@ from ._formats import (
     read_perception_folder,
 )
 from ._metrics import DepthAccuracy, DetectionMAP, MeanIoU
+from ._models import CenterDetector, FastDepth, decode_boxes, segmenter
 from ._scenes import (
     FASHION_TO_GROUP,
     GROUPS,
@@ -22,19 +23,27 @@ from ._scenes import (
     make_scenes,
     scene_splits,
 )
+from ._tasks import SceneDepth, SceneDetection, SceneSegmentation, SceneTask
 
 __all__ = [
     "FASHION_TO_GROUP",
     "GROUPS",
     "IGNORE",
     "SEGMENT_CLASSES",
+    "CenterDetector",
     "CocoDetection",
     "DepthAccuracy",
     "DetectionMAP",
+    "FastDepth",
     "FormatError",
     "MeanIoU",
+    "SceneDepth",
+    "SceneDetection",
+    "SceneSegmentation",
     "SceneSpec",
+    "SceneTask",
     "Scenes",
+    "decode_boxes",
     "draw_scene",
     "make_scenes",
     "read_coco_detection",
@@ -42,4 +51,5 @@ __all__ = [
     "read_mask_png",
     "read_perception_folder",
     "scene_splits",
+    "segmenter",
 ]

@@ -280,7 +280,7 @@ def _plan_command(sub: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from frontier.evaluators import measure_accuracy
+    from frontier.evaluators import measure_accuracy, task_score
     from frontier.spaces import CompressionPlan, apply_plan, export_onnx, model_cost
 
     config = load(args.config)
@@ -305,8 +305,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         },
         "latency_ms": plan_latency(config, model, example, space, plan, args.store),
         "accuracy_split": "validation (as the search scores plans)",
-        "accuracy_baseline": measure_accuracy(model, val, task.metric),
-        "accuracy_compressed_no_finetune": measure_accuracy(compressed, val, task.metric),
+        "accuracy_baseline": measure_accuracy(model, val, score=task_score(task)),
+        "accuracy_compressed_no_finetune": measure_accuracy(
+            compressed, val, score=task_score(task)
+        ),
     }
     if args.export:
         with warnings.catch_warnings():

@@ -409,9 +409,11 @@ class TrialRunner:
     def test_accuracy(self, onnx_path: Path) -> float:
         """The task metric of an exported model on the test split: reporting only, never
         read by what chooses models."""
-        from frontier.evaluators import measure_onnx_accuracy
+        from frontier.evaluators import measure_onnx_accuracy, task_score
 
-        return measure_onnx_accuracy(onnx_path, self.task.loaders().test, self.task.metric)
+        return measure_onnx_accuracy(
+            onnx_path, self.task.loaders().test, score=task_score(self.task)
+        )
 
     def baseline(self) -> dict[str, float]:
         """Every metric of the uncompressed model (accuracy: the teacher's validation
@@ -427,15 +429,15 @@ class TrialRunner:
 
     def teacher_accuracy(self) -> float:
         """The teacher's metric on the validation split (measured once)."""
-        from frontier.evaluators import measure_accuracy
+        from frontier.evaluators import measure_accuracy, task_score
 
         if self._teacher_accuracy is None:
             self._val_labels = []
             self._teacher_accuracy = measure_accuracy(
                 self.setup.teacher_placed,
                 self.task.loaders().val,
-                self.task.metric,
                 labels=self._val_labels,
+                score=task_score(self.task),
             )
         return self._teacher_accuracy
 

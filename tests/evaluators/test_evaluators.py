@@ -277,3 +277,50 @@ def test_no_batch_is_an_error_not_a_score_or_a_hang() -> None:
         distill(
             student, nn.Linear(2, 3), empty, steps=3, temperature=2.0, alpha=0.5, lr=0.01, seed=0
         )
+
+
+class _Regression:
+    """A made-up task whose metric is no mean of batches (the share of the split's
+    largest errors under 0.5: what mAP and mean IoU are like) and whose loss is its own."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def score(self):
+        class Worst:
+            def __init__(self) -> None:
+                self.errors: list[torch.Tensor] = []
+
+            def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+                self.errors.append((outputs.squeeze(-1) - targets).abs())
+
+            def compute(self) -> float:
+                return float((torch.cat(self.errors) < 0.5).float().mean())
+
+        return Worst()
+
+    def loss(self, outputs, targets, teacher, *, temperature: float, alpha: float):
+        value = nn.functional.mse_loss(outputs.squeeze(-1), targets)
+        self.losses.append(float(value))
+        return value
+
+
+def test_a_tasks_own_score_and_loss_drive_scoring_and_fine_tuning() -> None:
+    from frontier.evaluators import measure_accuracy, task_loss, task_score
+
+    torch.manual_seed(0)
+    x = torch.randn(96, 4)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0])
+    batches = [(x[i : i + 32], y[i : i + 32]) for i in range(0, 96, 32)]
+    model = nn.Linear(4, 1)
+    task = _Regression()
+    before = measure_accuracy(model, batches, score=task_score(task))
+    # the split's share, not a mean of per-batch figures: one pass over all 96 errors
+    with torch.no_grad():
+        errors = (model(x).squeeze(-1) - y).abs()
+    assert before == pytest.approx(float((errors < 0.5).float().mean()))
+    loaders = SimpleNamespace(train=batches, val=batches)
+    distill(model, model, loaders, steps=300, temperature=1.0, alpha=0.0, lr=0.05, seed=0,
+            loss=task_loss(task))  # fmt: skip
+    assert len(task.losses) == 300 and task.losses[-1] < 0.01 * task.losses[0]
+    assert measure_accuracy(model, batches, score=task_score(task)) == 1.0
