@@ -6,8 +6,8 @@ tensor in and one plain tensor out (what pruning, export and every runtime take)
   the centre's offset, at a quarter of the frame's resolution. Decoding the boxes
   (``decode_boxes``: a 3x3 max-pool keeps the peaks, the top ones become boxes) is the
   post-processing, outside the network, left uncompressed.
-- ``segmenter``: torchvision's LR-ASPP on MobileNetV3-Large, its output the per-pixel
-  class scores at the frame's resolution.
+- ``segmenter``: torchvision's LR-ASPP on MobileNetV3-Large's first blocks, its output
+  the per-pixel class scores at the frame's resolution.
 - ``FastDepth``: FastDepth's shape (Wofk et al., 2019): a MobileNetV2 encoder and a
   decoder of depthwise-separable 5x5 convolutions and nearest upsampling with additive
   skips, its output the per-pixel depth in metres (softplus: above 0).
@@ -68,12 +68,18 @@ class _Segmenter(nn.Module):
 
 
 def segmenter(classes: int) -> nn.Module:
-    """LR-ASPP on MobileNetV3-Large (torchvision), untrained, ``classes`` per pixel."""
-    from torchvision.models.segmentation import lraspp_mobilenet_v3_large
+    """torchvision's LR-ASPP head on MobileNetV3-Large's first 13 blocks, untrained,
+    ``classes`` per pixel. For 64x64 frames its low branch reads stride 4 (24 channels,
+    where torchvision's own reads stride 8) and its high branch stride 16 (112 channels,
+    before the last stage): small items keep their pixels, and the 960-channel stages a
+    224-pixel image needs are not run."""
+    from torchvision.models import mobilenet_v3_large
+    from torchvision.models._utils import IntermediateLayerGetter
+    from torchvision.models.segmentation.lraspp import LRASPP
 
-    return _Segmenter(
-        lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=classes)
-    )
+    features = mobilenet_v3_large(weights=None).features[:13]
+    backbone = IntermediateLayerGetter(features, {"3": "low", "12": "high"})
+    return _Segmenter(LRASPP(backbone, 24, 112, classes, inter_channels=128))
 
 
 def _separable(cin: int, cout: int) -> nn.Sequential:

@@ -102,7 +102,7 @@ class SceneTask(TensorTask):
             "counts": self.counts,
             "spec": self.spec.__dict__,
             "data": str(self.data) if self.data else None,
-            "version": 1,
+            "version": 2,
         }
         key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
         return cache_dir() / f"scene-{self.kind}-{key}.pt"

@@ -430,7 +430,7 @@ class PipelineSearch:
             logger.warning("pipeline: front not measured (%s: %s)", type(err).__name__, err)
             return []
         for m in measured:
-            label = "uncompressed" if m.number < 0 else f"trial {m.number}"
+            label = "uncompressed" if m.number == -1 else f"trial {m.number}"
             logger.info(
                 "pipeline: %s: predicted %.4g ms a frame, measured %.4g ms; %.2fx the "
                 "uncompressed pipeline's speed predicted, %.2fx measured",
