@@ -1030,6 +1030,119 @@ def pipeline_section(result: dict[str, Any]) -> list[str]:
     ]
 
 
+#: the perception scenario's targets: each stage's allowed loss (points of its metric)
+#: and the teacher it must reach
+PERCEPTION_STAGES = {
+    "det": ("mAP@0.5", 0.01, 0.5),
+    "seg": ("mIoU", 0.01, 0.6),
+    "depth": ("delta<1.25", 0.02, 0.8),
+}
+
+
+def perception_section(result: dict[str, Any]) -> list[str]:
+    """The perception scenario: the teacher pipeline, the joint search's pick and the
+    hand split, measured here and scored on the test split (``bench_perception.py``)."""
+    teacher, pick, hand = result["teacher"], result.get("pick"), result.get("best_hand")
+    tests = result.get("test", {})
+    rows = []
+    for stage, (metric, allowed, floor) in PERCEPTION_STAGES.items():
+        t = tests.get("teacher", {}).get(stage)
+        p = tests.get("pick", {}).get(stage)
+        rows.append(
+            {
+                "stage": stage,
+                "metric": metric,
+                "teacher (test)": t,
+                "teacher >= target": f"{floor}: "
+                + ("met" if t is not None and t >= floor else "MISSED"),
+                "pick (test)": p,
+                "drop (points)": None if t is None or p is None else 100 * (t - p),
+                "allowed": 100 * allowed,
+                "met": "met"
+                if t is not None and p is not None and t - p <= allowed + 1e-9
+                else "MISSED",
+                "pick's plan": _plan_words((pick or {}).get("plans", {}).get(stage, {})),
+                "placed on": (pick or {}).get("placement", {}).get(stage, ""),
+            }
+        )
+
+    def frame(row: dict[str, Any] | None, label: str) -> dict[str, Any]:
+        if row is None:
+            return {"pipeline": label}
+        values = row["values"]
+        return {
+            "pipeline": label,
+            "placement": ", ".join(f"{s} {d}" for s, d in row["placement"].items()),
+            "predicted (ms)": values["latency_ms@frame"],
+            "measured (ms)": row.get("measured_ms"),
+            "energy (mJ/frame)": values.get("energy_mj@frame"),
+            "power at 10 fps (W)": values.get("power_w@frame"),
+            "accuracy kept": values.get("accuracy_kept"),
+        }
+
+    frames = pd.DataFrame(
+        [frame(teacher, "teacher"), frame(pick, "joint pick"), frame(hand, "hand split, fastest")]
+    )
+    speed = None
+    if pick and pick.get("measured_ms") and teacher.get("measured_ms"):
+        speed = pick["measured_ms"] / teacher["measured_ms"]
+    hv = result["hypervolume"]
+    seconds = result["seconds"]
+    return [
+        "### Perception: detection, segmentation and depth on one frame "
+        "(`benchmarks/bench_perception.py`)",
+        "",
+        f"{result['date'][:16].replace('T', ' ')}, {result.get('commit', '')}: "
+        f"`{result['command']}`. The `perception-pipeline` experiment: three teachers trained "
+        "here on the scene set, tables of `local-cpu` (ONNX Runtime) and `local-openvino` "
+        f"measured here, {result['trials']} joint trials ({result['placements_priced']} "
+        f"placements of the uncompressed stages priced; stage plans scored: "
+        + ", ".join(f"{k} {v}" for k, v in result["stage_plans_scored"].items())
+        + f"), then the hand split: each stage searched alone on `local-cpu` "
+        f"({result['hand_trials_each']} trials each), bound to half its own uncompressed "
+        f"latency; {result['hand_combinations']} combinations of their fronts, "
+        f"{result['hand_feasible']} within every stage's bound. Wall time "
+        f"{seconds['total'] / 60:.0f} min (teachers, tables and set-up "
+        f"{seconds['prepare'] / 60:.0f}, joint {seconds['joint'] / 60:.0f}, hand split "
+        f"{seconds['hand'] / 60:.0f}); target 90 min: "
+        + ("met." if seconds["total"] <= 5400 else "MISSED."),
+        "",
+        md_table(pd.DataFrame(rows), 4),
+        "",
+        md_table(frames, 4),
+        "",
+        "Targets: the pick runs in under half the teacher pipeline's measured frame time: "
+        + (
+            f"{speed:.2f} of it, " + ("met" if speed < 0.5 else "MISSED")
+            if speed is not None
+            else "not measured"
+        )
+        + f". Joint beats hand split (hypervolume of latency_ms@frame and accuracy_kept "
+        f"against the teacher, both priced on the joint search's tables): joint "
+        f"{hv['joint']:.4f}, hand {hv['hand']:.4f}, "
+        + ("met." if hv["joint"] > hv["hand"] else "MISSED."),
+        "",
+        *_context_line(result.get("stage_context_ms")),
+    ]
+
+
+def _plan_words(plan: dict[str, Any]) -> str:
+    """A stage plan in a few words: how much is pruned, which bits."""
+    if not plan:
+        return ""
+    prune = {k: float(v) for k, v in (plan.get("prune") or {}).items() if float(v) > 0}
+    weight = plan.get("weight_bits") or {}
+    bits = sorted({int(v) for v in weight.values()}) if isinstance(weight, dict) else []
+    parts = [
+        f"{len(prune)} groups pruned, {sum(prune.values()) / len(prune):.2f} on average"
+        if prune
+        else "not pruned"
+    ]
+    if bits:
+        parts.append("weights " + "/".join(map(str, bits)) + " bit")
+    return ", ".join(parts)
+
+
 def _context_line(context: dict[str, dict[str, float]] | None) -> list[str]:
     """What running inside a frame cost each stage over running alone, as the search
     measured it at the start and added to its table latency."""
@@ -1336,6 +1449,7 @@ def logged_sections(logs: Path) -> list[str]:
         ("search.json", search_methods_section),
         ("baseline-threads.json", baseline_threads_section),
         ("pipeline.json", pipeline_section),
+        ("perception.json", perception_section),
     ):
         for path in sorted(logs.glob(pattern)):
             lines += section(json.loads(path.read_text()))

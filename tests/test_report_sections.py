@@ -58,3 +58,48 @@ def test_an_own_model_is_judged_by_its_first_trial_on_a_fresh_store(monkeypatch)
     assert verdict(None) == "MISSED (first trial)"
     assert verdict({"a": {**alone, "said": said}, "b": older, "notes": []}) == "met"
     assert verdict({"b": older}) == "MISSED (first trial)"  # the latest run decides
+
+
+def test_the_perception_targets_read_as_they_are_checked(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop("report_sections", None)
+    from report_sections import perception_section
+
+    def row(ms: float, measured: float, kept: float) -> dict:
+        return {
+            "trial": 3,
+            "placement": {"det": "local-cpu", "seg": "local-openvino", "depth": "local-cpu"},
+            "plans": {"det": {"prune": {"g1": 0.5, "g2": 0.0}, "weight_bits": {"a": 8}}},
+            "values": {"latency_ms@frame": ms, "accuracy_kept": kept},
+            "measured_ms": measured,
+        }
+
+    result = {
+        "date": "2026-12-07T17:00:00",
+        "command": "python benchmarks/bench_perception.py",
+        "seconds": {"prepare": 600, "joint": 1800, "hand": 600, "total": 3000},
+        "trials": 30,
+        "hand_trials_each": 10,
+        "placements_priced": 8,
+        "stage_plans_scored": {"det": 20, "seg": 20, "depth": 20},
+        "hand_combinations": 12,
+        "hand_feasible": 4,
+        "teacher": row(2.0, 2.2, 1.0),
+        "pick": row(0.9, 1.0, 0.99),
+        "best_hand": row(1.2, 1.3, 0.99),
+        "hypervolume": {"joint": 0.30, "hand": 0.31},
+        "test": {
+            "teacher": {"det": 0.62, "seg": 0.58, "depth": 0.97},
+            "pick": {"det": 0.615, "seg": 0.565, "depth": 0.955},
+        },
+    }
+    text = "\n".join(perception_section(result))
+    lines = {
+        line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")
+    }
+    assert "0.6: MISSED" in lines["seg"] and "0.5: met" in lines["det"]  # teachers' targets
+    # det lost half a point (met), seg 1.5 (MISSED), depth 1.5 of the 2 it may (met)
+    assert lines["det"].count("| met |") == 1 and "| MISSED |" in lines["seg"]
+    assert "| met |" in lines["depth"] and "1 groups pruned, 0.50 on average" in lines["det"]
+    assert "0.45 of it, met" in text  # 1.0 of 2.2 ms measured
+    assert "joint 0.3000, hand 0.3100, MISSED" in text and "target 90 min: met" in text

@@ -7,6 +7,22 @@ import math
 import re
 from dataclasses import dataclass
 
+#: metrics that count whole things: shown as integers
+COUNTED = ("size_bytes", "macs", "bops", "params")
+
+
+def number_text(metric: str, value: float) -> str:
+    """``value`` of ``metric`` as people write it: counts (bytes, MACs) as integers, other
+    figures to 6 significant digits without an exponent where one is not needed
+    (0.0001 to 1e15)."""
+    if metric.partition("@")[0].rpartition(".")[2] in COUNTED and math.isfinite(value):
+        return str(round(value))
+    text = f"{value:.6g}"
+    if "e" in text and 1e-4 <= abs(value) < 1e15:
+        text = f"{float(text):f}".rstrip("0").rstrip(".")
+    return text
+
+
 _CONSTRAINT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w@.\-]*)\s*(?P<op><=|>=)\s*(?P<bound>\S.*?)\s*$")
 
 
@@ -74,5 +90,9 @@ class Constraint:
         if self.relative == "share":
             return f"{self.objective} {self.op} {self.bound * 100:g}%"
         if self.relative == "offset":
-            return f"{self.objective} {self.op} baseline {self.bound:+g}"
-        return f"{self.objective} {self.op} {self.bound:g}"
+            sign = "-" if self.bound < 0 else "+"
+            return (
+                f"{self.objective} {self.op} baseline {sign} "
+                f"{number_text(self.objective, abs(self.bound))}"
+            )
+        return f"{self.objective} {self.op} {number_text(self.objective, self.bound)}"

@@ -13,7 +13,7 @@ from typing import Any
 from .._log import logger
 from ..config._anchors import anchor_params
 from ..config._config import Config, ConfigError, load_config
-from ..config._constraints import Constraint
+from ..config._constraints import Constraint, number_text
 from ..study._storage import (
     BASELINE_ATTR,
     SearchError,
@@ -232,7 +232,7 @@ def baseline(
         raise SearchError(str(err)) from None
     from frontier.spaces import CompressionPlan
 
-    shown = ", ".join(f"{k} {v:.6g}" for k, v in values.items())
+    shown = ", ".join(f"{k} {number_text(k, v)}" for k, v in values.items())
     logger.info("baseline (the uncompressed model): %s", shown)
     for device, lm in evaluation.setup.latency.items():
         when = lm.predict(evaluation.teacher, CompressionPlan()).measured_at

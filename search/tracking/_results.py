@@ -190,6 +190,16 @@ def deploy_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, Path]:
     return out
 
 
+def latency_change(logged_ms: float, measured_ms: float) -> str:
+    """A model's logged and measured latency in words whose sign reads as it is."""
+    ratio = measured_ms / logged_ms
+    how = f"{ratio - 1:.0%} slower" if ratio >= 1 else f"{1 - ratio:.0%} faster"
+    return (
+        f"logged {logged_ms:.4g} ms, measured here {measured_ms:.4g} ms: it runs {how} here "
+        "than the search priced it (a machine whose speed changed since moves this too)"
+    )
+
+
 def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]:
     """A picked model's latency on each local device among its metrics (one this
     machine can measure), measured here by the timing protocol every table row was
@@ -213,10 +223,7 @@ def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]
             continue
         out[device] = measured
         if logged is not None and abs(float(logged) / measured - 1) > PREDICTION_TOLERANCE:
-            logger.warning(
-                "%s logged %.4g ms, measured here %.4g ms (%+.0f%%)",
-                name, float(logged), measured, (float(logged) / measured - 1) * 100,
-            )  # fmt: skip
+            logger.warning("%s: %s", name, latency_change(float(logged), measured))
     return out
 
 

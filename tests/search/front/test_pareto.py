@@ -62,3 +62,19 @@ def test_relative_constraints_resolve_against_the_baseline(text: str, absolute: 
 def test_unresolved_relative_constraint_refuses_to_judge() -> None:
     with pytest.raises(ValueError, match="resolve"):
         Constraint.parse("macs <= 60%").holds(1.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("accuracy >= baseline -0.05", "accuracy >= baseline - 0.05"),
+        ("accuracy>=baseline+0.01", "accuracy >= baseline + 0.01"),
+        ("size_bytes <= 20395904", "size_bytes <= 20395904"),
+        ("macs <= 1.5e9", "macs <= 1500000000"),
+        ("latency_ms@local-cpu <= 123456.5", "latency_ms@local-cpu <= 123456"),
+        ("det.size_bytes <= 2e7", "det.size_bytes <= 20000000"),
+    ],
+)
+def test_constraints_read_as_people_write_them(text: str, shown: str) -> None:
+    assert str(Constraint.parse(text)) == shown
+    assert Constraint.parse(str(Constraint.parse(text))).relative == Constraint.parse(text).relative

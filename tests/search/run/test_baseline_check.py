@@ -85,7 +85,7 @@ def test_the_baseline_and_resolved_constraints_are_printed(write_config, capsys)
     line = next(s for s in err.splitlines() if "baseline (the uncompressed model)" in s)
     accuracy = float(line.split("accuracy ")[1].split(",")[0])
     assert accuracy > 0.9
-    line = next(s for s in err.splitlines() if "constraint accuracy >= baseline -0.05 ->" in s)
+    line = next(s for s in err.splitlines() if "constraint accuracy >= baseline - 0.05 ->" in s)
     assert float(line.split(">= ")[-1]) == pytest.approx(accuracy - 0.05, abs=1e-5)
 
 
