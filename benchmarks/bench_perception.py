@@ -68,9 +68,7 @@ def hand_config(data: dict[str, Any], stage: dict[str, Any], budget_ms: float) -
 
 def test_metrics(search: Any, trial: Any, folder: Path) -> dict[str, float]:
     """Each stage of ``trial`` exported and scored on the test split in ONNX Runtime."""
-    from frontier.search.pipeline._export import export_member
-
-    export_member(search, trial, folder, {})
+    search.export_member(trial, folder)
     return {
         s: float(search.runners[s].test_accuracy(folder / s / "model.onnx"))
         for s in search.stage_names
@@ -90,8 +88,13 @@ def main() -> None:
     for noisy in ("mlflow", "alembic", "urllib3", "codecarbon"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from frontier.latency_models import placements
-    from frontier.search import PipelineSearch, PipelineTrial, parse_config
-    from frontier.search.front._pareto import hypervolume, pareto_mask
+    from frontier.search import (
+        PipelineSearch,
+        PipelineTrial,
+        hypervolume,
+        pareto_mask,
+        parse_config,
+    )
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-perception-"))
     work.mkdir(parents=True, exist_ok=True)

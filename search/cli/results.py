@@ -92,6 +92,11 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             f"search {parent.info.run_name} ({parent.info.run_id}), "
             f"constraints {parent.data.tags.get(Tag.CONSTRAINTS, '[]')}"
         )
+        if parent.info.status in ("KILLED", "FAILED", "RUNNING"):
+            print(
+                f"unfinished ({parent.info.status.lower()}): the front of the trials it "
+                "completed; `frontier search CONFIG --resume` continues it"
+            )
         hidden = [] if args.all else ["pareto", "state", "feasible"]
         shown = latency_checks(frame, parent).drop(columns=hidden, errors="ignore")
         print(shown.to_string(index=False) if not frame.empty else "(no model matches)")

@@ -23,6 +23,12 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--address", help="Ray cluster address (implies --backend ray)")
     p.add_argument("--workers", type=at_least(1), help="local worker processes (default 1)")
     p.add_argument("--resume", action="store_true", help="continue this config's last search")
+    p.add_argument(
+        "--new",
+        action="store_true",
+        help="start a new study even where this config's last one stopped short of its "
+        "trials (refused without it)",
+    )
     p.add_argument("--seed", type=int, help="override search.seed")
     add_tracking_uri(p, env=False)
     p.add_argument("--storage", help="Optuna storage (a journal file path or a database URL)")
@@ -66,6 +72,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         address=args.address,
         workers=args.workers,
         resume=args.resume,
+        new=args.new,
         progress="lines" if args.no_progress else True,
     )
     result = search.run()

@@ -396,6 +396,13 @@ class PipelineSearch:
                     continue
                 tracker.log_member(t.number, folder, files)
 
+    def export_member(self, trial: PipelineTrial, folder: Path) -> list[Path]:
+        """``trial``'s stages (``STAGE/model.onnx``, fine-tuned at the top rung as scored,
+        and ``STAGE/plan.json``) and its ``pipeline.json``, written under ``folder``."""
+        from ._export import export_member
+
+        return export_member(self, trial, Path(folder), {})
+
     def _tracker(self, baseline: PipelineTrial) -> Any:
         """The search's MLflow runs: its parent run started (or found, resumed)."""
         from ._track import PipelineTracker

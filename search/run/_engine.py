@@ -18,6 +18,7 @@ from ..config._config import Config
 from ..front._front import Front, SearchResult, TrialRecord, plan_key
 from ..front._pareto import Objective
 from ..study._storage import (
+    FINISHED_ATTR,
     GENERATION_ATTR,
     PROMOTION_ATTR,
     RUN_ATTR,
@@ -44,6 +45,8 @@ class Search:
         config: a ``Config``, a path or a built-in name.
         trials, backend, address, workers: override the config's values.
         resume: continue the latest study of this config instead of starting a new one.
+        new: start a new study even where the config's latest one stopped short of its
+            budget (without it, that is refused: resume it or say ``new``).
         progress: True: a bar on a terminal, else a line per generation; ``"lines"``;
             False: none. store: the DeviceStore for device tables.
         initial: parameter sets tried first, in order (a new study only).
@@ -63,6 +66,7 @@ class Search:
         address: str | None = None,
         workers: int | None = None,
         resume: bool = False,
+        new: bool = False,
         progress: bool | str = True,
         store: Any = None,
         initial: list[dict[str, Any]] | None = None,
@@ -73,7 +77,7 @@ class Search:
     ) -> None:
         no_telemetry()
         self.config = setup.search_config(config, trials, backend, address, workers)
-        self.resume, self.initial = resume, list(initial or [])
+        self.resume, self.new, self.initial = resume, new, list(initial or [])
         self.sampler = sampler
         self.sampler_name = (
             self.config.search.sampler if sampler is None else type(sampler).__name__
@@ -131,7 +135,7 @@ class Search:
     # -- set-up -----------------------------------------------------------------------------
     def _open(self) -> None:
         self._held, self.study = setup.open_study(
-            self.config, self.evaluation, self.sampler, self.resume, self.initial
+            self.config, self.evaluation, self.sampler, self.resume, self.initial, self.new
         )
         self.study_name = self.study.study_name
         self.records = restore(self.study)
@@ -164,6 +168,7 @@ class Search:
                 with self._stop:
                     self._loop(backend)
                 status = "FINISHED"
+                self.study.set_user_attr(FINISHED_ATTR, True)
             except KeyboardInterrupt:
                 status = "KILLED"
                 logger.info("interrupted; continue with --resume")

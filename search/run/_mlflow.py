@@ -259,6 +259,8 @@ class MlflowCallback(Callback):
     def on_finish(self, search: SearchView, status: str) -> None:
         if not self.parent:
             return  # never started
+        if status != "FINISHED":  # a stopped search's front: that of its completed trials
+            self._retag(search)
         self.later.drain()
         if status == "FINISHED":
             self._report_front(search)

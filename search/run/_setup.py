@@ -177,13 +177,15 @@ def open_study(
     sampler: Any,
     resume: bool,
     initial: list[dict[str, Any]],
+    new: bool = False,
 ) -> tuple[StudyStore, Any]:
     """The storage, locked for this driver, and the study in it (new, or the latest one
     on resume) with its sampler, seeded; a new study has ``initial`` and the anchors
-    (``search.anchors``) queued first."""
+    (``search.anchors``) queued first. A new study beside an unfinished one needs
+    ``new``."""
     study_store = StudyStore(config.storage or default_storage(config))
     try:
-        return study_store, _study(config, study_store, evaluation, sampler, resume, initial)
+        return study_store, _study(config, study_store, evaluation, sampler, resume, initial, new)
     except BaseException:
         study_store.close()
         raise
@@ -196,10 +198,13 @@ def _study(
     sampler: Any,
     resume: bool,
     initial: list[dict[str, Any]],
+    new: bool = False,
 ) -> Any:
     s = config.search
     directions = [o.direction for o in evaluation.objectives()]
-    study = study_store.open(config.name, directions, sampler, resume=resume)
+    study = study_store.open(
+        config.name, directions, sampler, resume=resume, new=new, trials=s.trials
+    )
     if sampler is None:  # reseeded on resume: the same seed would replay old draws
         seed = s.seed + len(study.trials)
         study.sampler = build_sampler(s.sampler, population=s.population, seed=seed)

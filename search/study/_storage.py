@@ -16,6 +16,8 @@ from ..front._front import TrialRecord
 CONFIG_ATTR = "frontier.config_name"
 BASELINE_ATTR = "frontier.baseline"
 INTERRUPTED_ATTR = "frontier.interrupted"
+BUDGET_ATTR = "frontier.trials"  # the trial budget a study was started or resumed with
+FINISHED_ATTR = "frontier.finished"  # set when a run reached its budget
 GENERATION_ATTR = "frontier.generation"
 PROMOTION_ATTR = "frontier.promotion"  # what the promotion strategy learnt
 RUNG_ATTR = "frontier.rungs."  # + trial number: {rung: values}
@@ -277,15 +279,26 @@ class StudyStore:
             self.close()
             raise
 
-    def open(self, config_name: str, directions: list[Any], sampler: Any, *, resume: bool) -> Any:
+    def open(
+        self,
+        config_name: str,
+        directions: list[Any],
+        sampler: Any,
+        *,
+        resume: bool,
+        new: bool = False,
+        trials: int | None = None,
+    ) -> Any:
         """The latest study of ``config_name`` (``resume``) or a new one, named after
-        the config (``NAME``, ``NAME-2``, ...). In a database the study is then held
-        by this driver (``_dbstudy``): read from memory, written at each flush."""
+        the config (``NAME``, ``NAME-2``, ...). A new one is refused while the config's
+        latest study stopped short of its budget, unless ``new``. In a database the study
+        is then held by this driver (``_dbstudy``): read from memory, written at each
+        flush. ``trials``: the budget, kept with the study."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         while True:
-            name = self._name(config_name, resume)
+            name = self._name(config_name, resume, new)
             try:
                 study = optuna.create_study(
                     study_name=name,
@@ -301,18 +314,30 @@ class StudyStore:
             study = self._hold(study, sampler)
         if not resume:
             study.set_user_attr(CONFIG_ATTR, config_name)
+        if trials is not None:
+            study.set_user_attr(BUDGET_ATTR, trials)
+        if not resume or trials is not None:
             self.flush()
         return study
 
-    def _name(self, config_name: str, resume: bool) -> str:
+    def _name(self, config_name: str, resume: bool, new: bool = False) -> str:
         import optuna
 
         summaries = optuna.get_all_study_summaries(self.storage, include_best_trial=False)
+        mine = sorted(
+            (s for s in summaries if s.user_attrs.get(CONFIG_ATTR) == config_name),
+            key=lambda s: s._study_id,
+        )
+        if not resume and not new and mine:
+            last = mine[-1]
+            budget = last.user_attrs.get(BUDGET_ATTR)
+            if budget is not None and not last.user_attrs.get(FINISHED_ATTR):
+                raise SearchError(
+                    f"study {last.study_name!r} of config {config_name!r} in "
+                    f"{_redacted(self.url)} stopped after {last.n_trials} of {budget} "
+                    "trials: --resume continues it, --new starts another beside it"
+                )
         if resume:
-            mine = sorted(
-                (s for s in summaries if s.user_attrs.get(CONFIG_ATTR) == config_name),
-                key=lambda s: s._study_id,
-            )
             if not mine:
                 raise SearchError(
                     f"nothing to resume: no study of config {config_name!r} in "

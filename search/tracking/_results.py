@@ -27,6 +27,7 @@ from ._tracking import (
     front_frame,
     metric_key,
     metrics_of,
+    objectives_of,
     prediction_ratio,
     resolve_uri,
     trial_params,
@@ -66,9 +67,12 @@ def query_front(
     ``where`` (constraints; relative bounds resolve against the search's baseline)."""
     parent = find_search(uri, experiment, run)
     on = [n.strip() for n in (objectives or "").split(",") if n.strip()]
-    frame = front_frame(uri, parent, members_only=not (everything or on))
+    stopped = parent.info.status != "FINISHED" and Tag.OBJECTIVES in parent.data.tags
+    frame = front_frame(uri, parent, members_only=not (everything or on or stopped))
     if on:
         frame = front_on(frame, on, metrics_of(parent))
+    elif stopped and not everything:  # a stopped search's tags may predate its last trials
+        frame = front_on(frame, [o.name for o in objectives_of(parent)], metrics_of(parent))
     baseline = json.loads(parent.data.tags.get(Tag.BASELINE, "{}"))
     for c in parse_where(where):
         if c.objective == TEST_METRIC:

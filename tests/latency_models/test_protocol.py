@@ -53,7 +53,7 @@ def test_runner_validate_pick_and_sparse_rows_share_one_timer(
     assert sum(timed) == 1 and measured["local-cpu"] > 0
     # 1e-6 ms is far off: warned on the frontier logger (on stderr once a command or a
     # Search has shown its messages; to pytest's capture before)
-    assert "latency_ms@local-cpu logged" in capsys.readouterr().err + caplog.text
+    assert "latency_ms@local-cpu: logged" in capsys.readouterr().err + caplog.text
 
     timed.clear()
     dense = [o for o in ops.ops if o.op_type == "Gemm" and o.precision == "fp32"][:1]

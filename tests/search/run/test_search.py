@@ -239,6 +239,19 @@ def test_resume_after_an_interruption_loses_nothing(
         pytest.fail(f"the driver did not stop within 120 s of {sig!r}:\n{log.read_text()[-6000:]}")
     before = _complete(journal)
     assert kill_after <= len(before) <= (kill_after + 1 if sig == signal.SIGINT else 11)
+    # run again without --resume: refused, naming the stopped study, not a new one begun
+    capsys.readouterr()
+    assert main(["search", str(path), "--no-progress"]) == 2
+    said = capsys.readouterr().err
+    assert "study 'tiny' of config 'tiny'" in said and "--resume continues it" in said
+    assert _complete(journal) == before
+    # the stopped search has a front, of the trials it completed, marked unfinished
+    assert main(["pareto", "--experiment", "tiny"]) == 0
+    shown = capsys.readouterr().out
+    assert "unfinished (" in shown and "(no model matches)" not in shown
+    assert main(["pareto", "--experiment", "tiny", "--format", "json"]) == 0
+    stopped_front = {r["trial"] for r in json.loads(capsys.readouterr().out)}
+    assert stopped_front and stopped_front <= {n for n, _ in before}
     result = run(path, resume=True, progress=False)
     after = [(t.number, t.params) for t in result.study.trials if t.state.name == "COMPLETE"]
     assert len(after) == 12  # the budget, no more

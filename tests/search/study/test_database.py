@@ -207,3 +207,29 @@ def test_a_second_driver_on_a_held_study_is_refused(write_config, pg_server: str
         first.close()
     resumed = run(path, resume=True, trials=4, progress=False)  # the lock went with it
     assert sum(t.state.name == "COMPLETE" for t in resumed.study.trials) == 4
+
+
+def test_a_new_study_beside_an_unfinished_one_is_refused_until_asked_for(tmp_path) -> None:
+    import optuna
+
+    from frontier.search import SearchError
+    from frontier.search.study._storage import FINISHED_ATTR, StudyStore
+
+    url = str(tmp_path / "study.journal")
+    store = StudyStore(url)
+    first = store.open(
+        "tiny", ["maximize"], optuna.samplers.RandomSampler(0), resume=False, trials=5
+    )
+    first.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    store.flush()
+    with pytest.raises(SearchError, match=r"study 'tiny' of config 'tiny' .* stopped after 2 of 5 "
+                       r"trials: --resume continues it, --new starts another beside it"):  # fmt: skip
+        store.open("tiny", ["maximize"], None, resume=False, trials=5)
+    assert store.open("tiny", ["maximize"], None, resume=True).study_name == "tiny"
+    second = store.open("tiny", ["maximize"], None, resume=False, new=True, trials=5)
+    assert second.study_name == "tiny-2"
+    second.set_user_attr(FINISHED_ATTR, True)
+    store.flush()
+    # the latest study finished: another starts as before, no question asked
+    assert store.open("tiny", ["maximize"], None, resume=False, trials=5).study_name == "tiny-3"
+    store.close()
