@@ -109,6 +109,7 @@ def main() -> None:
     # the hand split: each stage alone, bound to half its own uncompressed latency
     cpu = "local-cpu"
     hand_fronts: dict[str, list[dict[str, Any]]] = {}
+    hand_sizes: dict[str, int] = {}
     hand_s = time.monotonic()
     for stage in data["pipeline"]["stages"]:
         name = stage["name"]
@@ -118,6 +119,7 @@ def main() -> None:
             storage=str(work / f"hand-{name}.journal"),
         )
         alone = one.run(trials=args.hand_trials)
+        hand_sizes[name] = len(alone.front)
         hand_fronts[name] = [t.plans[name] for t in alone.front] or [teacher.plans[name]]
         for key, values in one.scores[name].items():  # scored alike: the same rung and seed
             joint.scores[name].setdefault(key, values)
@@ -191,6 +193,7 @@ def main() -> None:
         "best_hand": row(best_hand) if best_hand else None,
         "front": [row(t) for t in front],
         "hypervolume": {"joint": result.hypervolume, "hand": hand_hv},
+        "hand_front_sizes": hand_sizes,
         "hand_combinations": len(combos),
         "hand_feasible": len(ok),
         "test": tests,

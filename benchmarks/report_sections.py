@@ -1100,8 +1100,14 @@ def perception_section(result: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in result["stage_plans_scored"].items())
         + f"), then the hand split: each stage searched alone on `local-cpu` "
         f"({result['hand_trials_each']} trials each), bound to half its own uncompressed "
-        f"latency; {result['hand_combinations']} combinations of their fronts, "
-        f"{result['hand_feasible']} within every stage's bound. Wall time "
+        f"latency; {result['hand_combinations']} combinations of their fronts (a stage "
+        "whose front is empty stands in uncompressed"
+        + (
+            ": fronts of " + ", ".join(f"{k} {v}" for k, v in result["hand_front_sizes"].items())
+            if "hand_front_sizes" in result
+            else ""
+        )
+        + f"), {result['hand_feasible']} within every stage's bound. Wall time "
         f"{seconds['total'] / 60:.0f} min (teachers, tables and set-up "
         f"{seconds['prepare'] / 60:.0f}, joint {seconds['joint'] / 60:.0f}, hand split "
         f"{seconds['hand'] / 60:.0f}); target 90 min: "
