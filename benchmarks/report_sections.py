@@ -1123,6 +1123,12 @@ def perception_section(result: dict[str, Any]) -> list[str]:
             if speed is not None
             else "not measured"
         )
+        + (
+            f"; the teacher pipeline run twice in the same rounds differed by "
+            f"{100 * result['ceiling_teacher_twice']:+.1f}%"
+            if result.get("ceiling_teacher_twice") is not None
+            else ""
+        )
         + f". Joint beats hand split (hypervolume of latency_ms@frame and accuracy_kept "
         f"against the teacher, both priced on the joint search's tables): joint "
         f"{hv['joint']:.4f}, hand {hv['hand']:.4f}, "
