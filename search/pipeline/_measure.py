@@ -178,6 +178,18 @@ def open_stage(search: Any, stage: str, plan: Mapping[str, Any], device: str, rn
 CONTEXT_ROUNDS, CONTEXT_MIN_RUNS, CONTEXT_BLOCK_S = 5, 10, 0.2
 
 
+def _block(run: Callable[[], Any]) -> list[float]:
+    """``run``'s time (ms) per call, called at least ``CONTEXT_MIN_RUNS`` times and for
+    ``CONTEXT_BLOCK_S``."""
+    out: list[float] = []
+    end = time.perf_counter() + CONTEXT_BLOCK_S
+    while len(out) < CONTEXT_MIN_RUNS or time.perf_counter() < end:
+        start = time.perf_counter()
+        run()
+        out.append((time.perf_counter() - start) * 1e3)
+    return out
+
+
 def stage_context_ms(
     search: Any, plans: Mapping[str, Mapping[str, Any]], choices: Mapping[str, Sequence[str]]
 ) -> dict[str, dict[str, float]]:
@@ -209,19 +221,9 @@ def stage_context_ms(
                 frame()
             for _ in range(CONTEXT_ROUNDS):
                 for s in on:
-                    end = time.perf_counter() + CONTEXT_BLOCK_S
-                    k = 0
-                    while k < CONTEXT_MIN_RUNS or time.perf_counter() < end:
-                        start = time.perf_counter()
-                        runs[s]()
-                        alone[s].append((time.perf_counter() - start) * 1e3)
-                        k += 1
-                frame.record = True
-                end = time.perf_counter() + CONTEXT_BLOCK_S
-                k = 0
-                while k < CONTEXT_MIN_RUNS or time.perf_counter() < end:
-                    frame()
-                    k += 1
+                    alone[s] += _block(runs[s])
+                frame.record = True  # the frame records each stage's own time
+                _block(frame)
                 frame.record = False
         finally:
             frame.close()

@@ -247,10 +247,11 @@ class PipelineSearch:
         baseline: PipelineTrial | None,
     ) -> dict[str, float]:
         stage_values = {n: self.score_stage(n, plans[n]) for n in self.stage_names}
+        latency = {n: self.stage_latency_ms(n, v, placement) for n, v in stage_values.items()}
         frame = schedule(
             self.config,
             placement,
-            {n: self.stage_latency_ms(n, v, placement) for n, v in stage_values.items()},
+            latency,
             {n: v.get(f"energy_mj@{placement[n]}", 0.0) for n, v in stage_values.items()},
             self.output_bytes,
             self.frame_bytes,
@@ -265,7 +266,7 @@ class PipelineSearch:
         kept = math.inf
         for n, v in stage_values.items():
             out[f"{n}.accuracy"] = v["accuracy"]
-            out[f"{n}.latency_ms"] = self.stage_latency_ms(n, v, placement)
+            out[f"{n}.latency_ms"] = latency[n]
             if baseline is not None:
                 base = baseline.values[f"{n}.accuracy"]
                 out[f"{n}.accuracy_drop"] = base - v["accuracy"]
