@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import shutil
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,10 +108,15 @@ def learn(store: DeviceStore, name: str, entries: Sequence[dict[str, Any]]) -> L
         return Learned(name, 0, count, None, None, skipped=why)
     before = _cv_mape(table)
     known = {r.key for r in table.rows if r.kind == "op" and r.status == "ok"}
+    same_plan: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if set(e["op_keys"]) <= known and math.isfinite(e["median_ms"]) and e["median_ms"] > 0:
+            same_plan.setdefault(e["key"], []).append(e)
+    # one row per plan: two members of one plan (a sampler may suggest it twice) are one
+    # model measured twice, stated by the median of their latencies
     usable = [
-        e
-        for e in entries
-        if set(e["op_keys"]) <= known and math.isfinite(e["median_ms"]) and e["median_ms"] > 0
+        {**group[0], "median_ms": statistics.median(e["median_ms"] for e in group)}
+        for group in same_plan.values()
     ]
     if not usable:
         return Learned(name, 0, count, before, before, skipped="no entry's ops are in the table")

@@ -41,6 +41,13 @@ def test_measured_models_become_calibration_models(table, store, mlp_setup) -> N
     rows = {r.key: r.median_ms for r in store.load("test-cpu").whole_models("calibration")}
     assert rows[again["key"]] == pytest.approx(0.2) and "front-bogus" not in rows
 
+    # two front members of one plan are one model measured twice: one row, their median
+    twice = [learned_entry(lm, model, plans[1], ms) for ms in (0.3, 0.5)]
+    got = learn(store, "test-cpu", twice)
+    assert got.added == 1 and got.calibration_models == before + 2
+    calibration = store.load("test-cpu").whole_models("calibration")
+    assert [r.median_ms for r in calibration if r.key == twice[0]["key"]] == pytest.approx([0.4])
+
 
 def test_an_entry_holds_the_plans_ops_as_the_table_keys_them(table, mlp_setup) -> None:
     _, model, x, space = mlp_setup
