@@ -1442,8 +1442,145 @@ def every_model_section(logged: dict[str, Any]) -> list[str]:
     return [*lines, "", *(f"- {n}" for n in notes), *([""] if notes else [])]
 
 
+HEADLINE_MARKER = "## Where each scenario stands"
+RUN_ALL_MARKER = "## What `run_all.py` measured"
+
+
+def _note_run(note: str) -> tuple[str, str]:
+    """(date, commit) where a scenario row's note starts ``YYYY-MM-DD HH:MM... on abc1234``."""
+    found = re.match(r"(\d{4}-\d{2}-\d{2})[^,]*? on ([0-9a-f]{7,40})\b", note or "")
+    return (found.group(1), found.group(2)[:7]) if found else (_run_start(note)[:10], "")
+
+
+def _ratio(a: Any, b: Any, fmt: str = "{:.2f}x") -> str:
+    return fmt.format(a / b) if a and b else "—"
+
+
+def headline_rows(logs: Path) -> list[dict[str, str]]:
+    """Each scenario's current pick, one row: the real-data scenarios' last
+    ``bench_scenarios.py`` run (``scenarios.json``) and the perception pipeline's last
+    ``bench_perception.py`` run (``perception.json``). Speed-ups are measured here side by
+    side with the uncompressed model, in the same rounds; accuracy on the test split."""
+    rows: list[dict[str, str]] = []
+    path = logs / "scenarios.json"
+    for r in json.loads(path.read_text()) if path.exists() else []:
+        b, p = r.get("baseline") or {}, r.get("picked") or {}
+        if not p:
+            continue
+        date, commit = _note_run(r.get("note", ""))
+        accuracy = [
+            p.get("accuracy_test", p.get("accuracy")),
+            b.get("accuracy_test", b.get("accuracy")),
+        ]
+        rows.append(
+            {
+                "scenario": r["scenario"],
+                "pick": f"trial {p.get('trial')} ({_plan_words(p.get('plan') or {}) or 'plan'})",
+                "accuracy change (test)": "—"
+                if None in accuracy
+                else f"{100 * (accuracy[0] - accuracy[1]):+.2f} points",
+                "measured speed-up": _ratio(
+                    b.get("latency_measured_ms"), p.get("latency_measured_ms")
+                ),
+                "size": _ratio(p.get("size_bytes"), b.get("size_bytes"), "{:.0%} of baseline"),
+                "date": date or "—",
+                "commit": commit or "—",
+            }
+        )
+    path = logs / "perception.json"
+    if path.exists():
+        r = json.loads(path.read_text())
+        teacher, pick, tests = r["teacher"], r.get("pick") or {}, r.get("test", {})
+        drops = [
+            f"{s} {100 * (tests['pick'][s] - tests['teacher'][s]):+.1f}"
+            for s in PERCEPTION_STAGES
+            if s in tests.get("pick", {}) and s in tests.get("teacher", {})
+        ]
+        compressed = [
+            s for s, plan in (pick.get("plans") or {}).items() if _plan_words(plan) != "not pruned"
+        ]
+        where = ", ".join(f"{s} on {d}" for s, d in (pick.get("placement") or {}).items())
+        rows.append(
+            {
+                "scenario": "perception-pipeline",
+                "pick": (
+                    "stages " + ", ".join(compressed) + " compressed; "
+                    if compressed
+                    else "uncompressed; "
+                )
+                + where,
+                "accuracy change (test)": ", ".join(drops) + " points" if drops else "—",
+                "measured speed-up": _ratio(teacher.get("measured_ms"), pick.get("measured_ms")),
+                "size": _ratio(
+                    (pick.get("values") or {}).get("size_bytes"),
+                    (teacher.get("values") or {}).get("size_bytes"),
+                    "{:.0%} of baseline",
+                ),
+                "date": str(r.get("date", ""))[:10] or "—",
+                "commit": r.get("commit") or "—",
+            }
+        )
+    return rows
+
+
+def headline_section(logs: Path) -> list[str]:
+    """The report's first section: each scenario's pick, what it cost in accuracy, what it
+    gained measured here, its size, and the run it comes from."""
+    rows = headline_rows(logs)
+    if not rows:
+        return []
+    return [
+        HEADLINE_MARKER,
+        "",
+        "Each scenario's current pick, from the latest run of its benchmark (the dated "
+        "sections below give the command). Speed-up: the uncompressed model's latency over "
+        "the pick's, both measured here in the same rounds; accuracy on the test split, "
+        "which never chose anything. The 2026-11-23 quick run's scenarios (digits-mcu and "
+        "the others on untrained or synthetic models) follow in their own part.",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    ]
+
+
+def _logged_on(path: Path, result: Any) -> str:
+    """When a log was written, by which commit and command, from its own fields; where
+    it has none, the date of the commit that last changed the file (``git log``)."""
+    import subprocess
+
+    own = result if isinstance(result, dict) else {}
+    date = str(own.get("date") or "")[:16].replace("T", " ")
+    commit = str(own.get("commit") or "")[:7]
+    where = f"`report-logs/{path.name}`"
+    if commit:
+        where += f", run on commit {commit}"
+    else:
+        try:
+            logged = subprocess.run(
+                ["git", "log", "-1", "--format=%cs %h", "--", path.name],
+                cwd=path.parent, capture_output=True, text=True, timeout=30, check=False,
+            ).stdout.split()  # fmt: skip
+        except OSError:
+            logged = []
+        if len(logged) == 2:
+            date = date or logged[0]
+            where += f", last changed by commit {logged[1]}"
+    if not date:
+        return ""
+    command = f" Command: `{own['command']}`." if own.get("command") else ""
+    return f"Logged {date} in {where}.{command}"
+
+
+def _dated(lines: list[str], stamp: str) -> list[str]:
+    """A section's lines with ``stamp`` under its heading."""
+    if not stamp or not lines or not lines[0].startswith("#"):
+        return lines
+    return [lines[0], "", stamp, *lines[1:]]
+
+
 def logged_sections(logs: Path) -> list[str]:
-    """The part of the report rendered from the logs of benchmarks run on their own."""
+    """The part of the report rendered from the logs of benchmarks run on their own;
+    every section says when its log was written."""
     lines = [LOGGED_MARKER, ""]
     for pattern, section in (
         ("latency-trust.json", latency_trust_section),
@@ -1464,7 +1601,8 @@ def logged_sections(logs: Path) -> list[str]:
         ("perception.json", perception_section),
     ):
         for path in sorted(logs.glob(pattern)):
-            lines += section(json.loads(path.read_text()))
+            result = json.loads(path.read_text())
+            lines += _dated(section(result), _logged_on(path, result))
     own = sorted(logs.glob("own-model-*.json"))
     if own:
         first = logs / "first-table.json"

@@ -34,8 +34,10 @@ import pandas as pd
 from bench_scenarios import in_folder
 from report_sections import (
     LOGGED_MARKER,
+    RUN_ALL_MARKER,
     devices_section,
     figure_rows,
+    headline_section,
     logged_sections,
     md_table,
     real_scenarios_section,
@@ -43,6 +45,7 @@ from report_sections import (
 )
 
 HERE = Path(__file__).resolve().parent
+REPORT_TITLE = "# Frontier benchmark report"
 
 #: (script, full arguments, quick arguments)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
@@ -179,11 +182,17 @@ def kernel_sweep(quick: bool) -> list[dict[str, Any]]:
 
 
 def refresh_logged(out: Path) -> Path:
-    """Rewrite only REPORT.md's logged part, keeping what ``run_all`` measured."""
+    """Rewrite REPORT.md's headline and its logged part, keeping what ``run_all``
+    measured (the part from ``RUN_ALL_MARKER`` to ``LOGGED_MARKER``)."""
     path = out / "REPORT.md"
     text = path.read_text() if path.exists() else ""
-    kept = text.split(LOGGED_MARKER)[0].rstrip("\n")
-    path.write_text(kept + "\n\n" + "\n".join(logged_sections(out / "report-logs")) + "\n")
+    measured = text.split(LOGGED_MARKER)[0]
+    measured = (
+        RUN_ALL_MARKER + measured.split(RUN_ALL_MARKER, 1)[1] if RUN_ALL_MARKER in measured else ""
+    )
+    logs = out / "report-logs"
+    lines = [REPORT_TITLE, "", *headline_section(logs), measured.rstrip("\n"), ""]
+    path.write_text("\n".join(lines) + "\n" + "\n".join(logged_sections(logs)) + "\n")
     return path
 
 
@@ -201,10 +210,14 @@ def write_report(
     from frontier.latency_models.runner import cpu_model
 
     lines = [
-        "# Frontier benchmark report",
+        REPORT_TITLE,
+        "",
+        *headline_section(out / "report-logs"),
+        f"{RUN_ALL_MARKER} on {started[:10]}",
         "",
         f"Written by `python benchmarks/run_all.py{' --quick' if quick else ''}` on {started} "
-        f"in {wall_s / 60:.1f} minutes. Every figure below comes from that run.",
+        f"in {wall_s / 60:.1f} minutes. Every figure from here to the benchmarks run on "
+        "their own comes from that run; those carry their own dates.",
         "",
         "## Machine and versions",
         "",
@@ -324,8 +337,8 @@ def main() -> None:
     parser.add_argument(
         "--logged-only",
         action="store_true",
-        help="run nothing: rewrite only the report's part rendered from the logs of "
-        "benchmarks run on their own (bench_latency_trust, bench_driver)",
+        help="run nothing: rewrite the report's headline table and its part rendered "
+        "from the logs of benchmarks run on their own (report-logs/)",
     )
     args = parser.parse_args()
     warnings.simplefilter("ignore")

@@ -103,3 +103,52 @@ def test_the_perception_targets_read_as_they_are_checked(monkeypatch) -> None:
     assert "| met |" in lines["depth"] and "1 groups pruned, 0.50 on average" in lines["det"]
     assert "0.45 of it, met" in text  # 1.0 of 2.2 ms measured
     assert "joint 0.3000, hand 0.3100, MISSED" in text and "target 90 min: met" in text
+
+
+def test_the_report_opens_with_each_scenarios_pick_and_dates_every_logged_section(
+    monkeypatch, tmp_path
+) -> None:
+    """A reader finds each scenario's current pick in the first table: what it cost in
+    test accuracy, its speed-up measured side by side, its size, and the run (date,
+    commit) it comes from. The run_all part is kept as it was; every logged section says
+    when its log was written."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    for name in ("report_sections", "run_all"):
+        sys.modules.pop(name, None)
+    import json
+
+    from run_all import RUN_ALL_MARKER, refresh_logged
+
+    logs = tmp_path / "report-logs"
+    logs.mkdir()
+    row = {
+        "scenario": "resnet50-edge",
+        "baseline": {"accuracy_test": 0.8977, "latency_measured_ms": 5.0, "size_bytes": 100.0},
+        "picked": {
+            "trial": 1,
+            "accuracy_test": 0.8988,
+            "latency_measured_ms": 1.25,
+            "size_bytes": 14.0,
+            "plan": {"prune": {"conv1": 0.25}, "weight_bits": {"conv1": 8}},
+        },
+        "note": "2026-12-06 20:43-21:43 on 3f8b99e (with d479f98), alone",
+    }
+    (logs / "scenarios.json").write_text(json.dumps([row]))
+    import subprocess
+
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "log"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True
+        )
+    measured = f"{RUN_ALL_MARKER} on 2026-11-23\n\nWritten by run_all.\n\n### digits-mcu\n\nfront\n"
+    (tmp_path / "REPORT.md").write_text("# old title\n\nstale words\n\n" + measured)
+    text = refresh_logged(tmp_path).read_text()
+    head = text.split(RUN_ALL_MARKER)[0]
+    assert "stale words" not in text and measured.strip() in text
+    line = next(x for x in head.splitlines() if x.startswith("| resnet50-edge"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2:] == ["+0.11 points", "4.00x", "14% of baseline", "2026-12-06", "3f8b99e"]
+    assert "1 groups pruned" in cells[1]
+    # the logged section of the same file carries its date
+    logged = text.split("Benchmarks run on their own")[1]
+    assert "Logged 20" in logged and "report-logs/scenarios.json`, last changed by" in logged
