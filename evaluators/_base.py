@@ -280,6 +280,12 @@ class MetricKey:
     def __str__(self) -> str:
         return f"{self.metric}@{self.device}" if self.device else self.metric
 
+    @staticmethod
+    def name(metric: str, device: str | None = "") -> str:
+        """``metric`` on ``device`` as configs and results write it (``latency_ms@pi4``;
+        the metric alone where there is no device)."""
+        return str(MetricKey(metric, device or ""))
+
 
 def build_evaluator(objective: str, **options: Any) -> Evaluator:
     """The evaluator of an objective name: ``accuracy``, ``size_bytes``, ``macs``,

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._base import MINIMIZE, Candidate, EvalSetup, Evaluator, Measurement, register_evaluator
+from ._base import (
+    MINIMIZE,
+    Candidate,
+    EvalSetup,
+    Evaluator,
+    Measurement,
+    MetricKey,
+    register_evaluator,
+)
 
 WORST = "worst"
 
@@ -32,7 +40,7 @@ class LatencyEvaluator(Evaluator):
 
     def __init__(self, *, device: str) -> None:
         self.device = device
-        self.name = f"latency_ms@{device}"
+        self.name = MetricKey.name("latency_ms", device)
 
     def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         per_device = {}
@@ -57,7 +65,7 @@ class EnergyEvaluator(Evaluator):
 
     def __init__(self, *, device: str) -> None:
         self.device = device
-        self.name = f"energy_mj@{device}"
+        self.name = MetricKey.name("energy_mj", device)
 
     def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         (device,) = _devices(setup, self.device)
@@ -135,7 +143,7 @@ class CarbonEvaluator(Evaluator):
         self.scenario = (
             scenario if isinstance(scenario, CarbonScenario) else CarbonScenario(**(scenario or {}))
         )
-        self.name = "co2e_g" if device is None else f"co2e_g@{device}"
+        self.name = MetricKey.name("co2e_g", device)
 
     def evaluate(self, candidate: Candidate, setup: EvalSetup) -> Measurement:
         device = self.device
@@ -193,9 +201,14 @@ class ServingSavings:
     breakeven_day_co2e: float | None
     breakeven_day_energy: float | None
 
-    def metrics(self, suffix: str = "") -> dict[str, float]:
-        """The figures as MLflow metrics (``serving_*``; None left out)."""
-        return {f"{SAVINGS_PREFIX}{k}{suffix}": v for k, v in asdict(self).items() if v is not None}
+    def metrics(self, device: str = "") -> dict[str, float]:
+        """The figures as MLflow metrics (``serving_*``, on ``device`` where given; None
+        left out)."""
+        return {
+            MetricKey.name(f"{SAVINGS_PREFIX}{k}", device): v
+            for k, v in asdict(self).items()
+            if v is not None
+        }
 
 
 def serving_savings(

@@ -350,3 +350,28 @@ def test_nothing_outside_a_part_imports_its_private_modules() -> None:
             if not own:
                 offenders.append(f"{rel}: {m.group(0)}")
     assert not offenders, "\n".join(offenders)
+
+
+#: an f-string that writes ``metric@{device}`` by hand: a metric key built outside
+#: ``MetricKey`` (``f"latency_ms@{device}"``)
+HAND_BUILT_KEY = re.compile(r"""f["'][\w/]+@\{""")
+
+
+def _hand_built_keys(root: Path) -> list[str]:
+    found = []
+    for part in PARTS:
+        for path in _modules(part, root).values():
+            if path == root / "evaluators" / "_base.py":  # MetricKey itself
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if HAND_BUILT_KEY.search(line):
+                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    return found
+
+
+def test_metric_keys_come_only_through_metric_key(tmp_path: Path) -> None:
+    """Every ``metric@device`` name is written by ``MetricKey`` (``MetricKey.name``), so
+    one place decides how a device joins a metric's name."""
+    assert _hand_built_keys(ROOT) == []
+    planted = _tree(tmp_path, {"search/x.py": 'key = f"latency_ms@{device}"\n'}) / "p"
+    assert _hand_built_keys(planted) == ['search/x.py:1: key = f"latency_ms@{device}"']

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from frontier.evaluators import MetricKey
+
 from .._log import logger
 from ..config._config import HOST_KINDS, Config, DeviceSection, parse_config
 from ..config._pipeline import FRAME, StageSection
@@ -96,8 +98,8 @@ def stage_config(config: Config, stage: StageSection) -> Config:
         task=own["task"],
         space=own["space"],
         objectives=[{"name": "accuracy", "options": own["accuracy"]}, {"name": "size_bytes"}]
-        + [{"name": f"latency_ms@{d}"} for d in placed]
-        + [{"name": f"energy_mj@{d}"} for d in placed],
+        + [{"name": MetricKey.name("latency_ms", d)} for d in placed]
+        + [{"name": MetricKey.name("energy_mj", d)} for d in placed],
         constraints=[],
         metrics=[],
     )

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from frontier.evaluators import MetricKey
+
 from .._log import logger
 from ..config._config import Config
 from ..config._constraints import Constraint
@@ -228,7 +230,7 @@ class PipelineSearch:
         device = placement[stage]
         shared = any(placement[s] == device for s in placement if s != stage)
         extra = self.context_ms.get(stage, {}).get(device, 0.0) if shared else 0.0
-        return float(values[f"latency_ms@{device}"]) + extra
+        return float(values[MetricKey.name("latency_ms", device)]) + extra
 
     # -- one trial ----------------------------------------------------------------------
     def score_stage(self, stage: str, plan: Mapping[str, Any]) -> dict[str, float]:
@@ -252,7 +254,10 @@ class PipelineSearch:
             self.config,
             placement,
             latency,
-            {n: v.get(f"energy_mj@{placement[n]}", 0.0) for n, v in stage_values.items()},
+            {
+                n: v.get(MetricKey.name("energy_mj", placement[n]), 0.0)
+                for n, v in stage_values.items()
+            },
             self.output_bytes,
             self.frame_bytes,
         )

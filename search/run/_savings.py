@@ -31,11 +31,12 @@ def report_savings(search: SearchView, log: Callable[[int, dict[str, float]], No
             if not name.startswith("serving_co2e_saved_g@"):
                 continue
             device = MetricKey.parse(name).device
-            day = figures.get(f"serving_breakeven_day_co2e@{device}")
+            day = figures.get(MetricKey.name("serving_breakeven_day_co2e", device))
+            kwh = figures[MetricKey.name("serving_energy_saved_kwh", device)]
             pays = f", pays back the search's carbon on day {day:.0f}" if day else ""
             logger.info(
                 "trial %d on %s: %.4g kWh and %.4g gCO2e saved over %g days%s",
-                n, device, figures[f"serving_energy_saved_kwh@{device}"], co2e, days, pays,
+                n, device, kwh, co2e, days, pays,
             )  # fmt: skip
 
 
@@ -60,8 +61,8 @@ def front_savings(search: SearchView) -> dict[int, dict[str, float]]:
                 continue
             saved = serving_savings(
                 scenario,
-                baseline_ms=base[f"latency_ms@{device}"],
-                model_ms=values[f"latency_ms@{device}"],
+                baseline_ms=base[MetricKey.name("latency_ms", device)],
+                model_ms=values[MetricKey.name("latency_ms", device)],
                 baseline_mj=energy[0],
                 model_mj=energy[1],
                 search_energy_kwh=search.summary.get("search_energy_kwh"),
@@ -69,7 +70,7 @@ def front_savings(search: SearchView) -> dict[int, dict[str, float]]:
                 price_per_kwh=carbon.price_per_kwh,
                 price_per_instance_hour=carbon.price_per_instance_hour,
             )
-            figures.update(saved.metrics(f"@{device}"))
+            figures.update(saved.metrics(device))
         if figures:
             out[n] = figures
     return out
@@ -88,7 +89,7 @@ def _energy(
     search: SearchView, device: str, values: dict[str, float], base: dict[str, float]
 ) -> tuple[float, float] | None:
     """(baseline, model) mJ per inference on ``device``."""
-    key = f"energy_mj@{device}"
+    key = MetricKey.name("energy_mj", device)
     if key in values and key in base:
         return base[key], values[key]
     table: Any = search.evaluation.tables.get(device)
@@ -96,7 +97,8 @@ def _energy(
     if not power:
         return None
     # ms x W = mJ
-    return base[f"latency_ms@{device}"] * power, values[f"latency_ms@{device}"] * power
+    latency = MetricKey.name("latency_ms", device)
+    return base[latency] * power, values[latency] * power
 
 
 #: profiled runs per model at the end of a search (``frontier profile`` uses 200)

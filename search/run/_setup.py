@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from frontier.evaluators import MetricKey
+
 from .._log import logger
 from ..config._anchors import anchor_params
 from ..config._config import Config, ConfigError, load_config
@@ -241,7 +243,7 @@ def baseline(
     logger.info("baseline (the uncompressed model): %s", shown)
     for device, lm in evaluation.setup.latency.items():
         when = lm.predict(evaluation.teacher, CompressionPlan()).measured_at
-        if when and f"latency_ms@{device}" in values:
+        if when and MetricKey.name("latency_ms", device) in values:
             logger.info(
                 "baseline latency on %s: measured %s, beside every row of its table "
                 "(speed-ups are against it)", device, when,
@@ -354,8 +356,9 @@ def slow_pruning(space: Any, latency: Mapping[str, Any], model: Any) -> list[str
         slower = [(r, ms) for r, ms in priced if ms > 1.1 * base]
         if slower:
             ratio, ms = max(slower, key=lambda r: r[1])
+            key = MetricKey.name("latency_ms", device)
             out.append(
-                f"latency_ms@{device}: {len(slower)} of {len(priced)} uniform prune ratios are "
+                f"{key}: {len(slower)} of {len(priced)} uniform prune ratios are "
                 f"priced slower than the uncompressed model (every layer at {ratio:g}: "
                 f"{ms:.3g} ms against {base:.3g} ms). Kept channel counts are multiples of "
                 f"space.round_to={space.options.round_to}; a larger round_to keeps shapes "

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from frontier.evaluators import MetricKey
+
 from .._log import logger
 from ._tracking import MEASURED_PREFIX, PREDICTION_TOLERANCE, prediction_ratio
 
@@ -69,7 +71,7 @@ def measure_front(
     gaps = []
     for n, ms in zip(members, measured, strict=True):
         rec = search.records[n]
-        predicted = rec.values().get(f"latency_ms@{device}")
+        predicted = rec.values().get(MetricKey.name("latency_ms", device))
         tracker.log_metrics(rec.run_id, {f"{MEASURED_PREFIX}{device}": ms})
         if predicted:
             gaps.append(abs(prediction_ratio(predicted, ms, scale) - 1))
@@ -81,7 +83,7 @@ def measure_front(
             )  # fmt: skip
     if gaps:
         median = float(np.median(gaps))
-        tracker.log_metrics(parent, {f"latency_error@{device}": median})
+        tracker.log_metrics(parent, {MetricKey.name("latency_error", device): median})
         logger.info(
             "%s: %d front members measured, median |predicted/measured - 1| %.1f%% of "
             "their speed-ups over the uncompressed model",

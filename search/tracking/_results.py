@@ -155,7 +155,7 @@ def latency_checks(frame: pd.DataFrame, parent: Any = None) -> pd.DataFrame:
     frame = frame.copy()
     for column in [c for c in frame.columns if c.startswith(MEASURED_PREFIX)]:
         device = column.removeprefix(MEASURED_PREFIX)
-        predicted = f"latency_ms@{device}"
+        predicted = MetricKey.name("latency_ms", device)
         if predicted not in frame.columns:
             continue
         now_base = (
@@ -167,7 +167,7 @@ def latency_checks(frame: pd.DataFrame, parent: Any = None) -> pd.DataFrame:
         scale = table_base / now_base if now_base and table_base else 1.0
         pairs = zip(frame[predicted], frame[column], strict=True)
         ratio = [prediction_ratio(p, m, scale) for p, m in pairs]
-        frame[f"pred/meas@{device}"] = [
+        frame[MetricKey.name("pred/meas", device)] = [
             "" if r != r else f"{r:.2f}" + (" !" if abs(r - 1) > PREDICTION_TOLERANCE else "")
             for r in ratio
         ]

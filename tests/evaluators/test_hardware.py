@@ -30,7 +30,7 @@ def test_a_year_of_serving_and_the_day_it_pays_back_the_search() -> None:
     assert saved.money_saved == pytest.approx(kwh * 0.2 + hours * 1.0)
     assert saved.breakeven_day_co2e == pytest.approx(50.0 / (kwh * 100 / 365))  # day 120
     assert saved.breakeven_day_energy == pytest.approx(0.5 / (kwh / 365))
-    assert set(saved.metrics("@pi4")) == {
+    assert set(saved.metrics("pi4")) == {
         f"serving_{k}@pi4"
         for k in (
             "latency_saved_ms", "energy_saved_mj", "energy_saved_kwh", "co2e_saved_g",
