@@ -375,3 +375,30 @@ def test_metric_keys_come_only_through_metric_key(tmp_path: Path) -> None:
     assert _hand_built_keys(ROOT) == []
     planted = _tree(tmp_path, {"search/x.py": 'key = f"latency_ms@{device}"\n'}) / "p"
     assert _hand_built_keys(planted) == ['search/x.py:1: key = f"latency_ms@{device}"']
+
+
+#: a read of a device table's metadata as a dict (``table.meta.get("cpu")``): outside
+#: the table module, device facts come typed, through ``DeviceTable.device_meta``
+RAW_META = re.compile(r"\w\.meta\b(?!\.json)")
+#: the one module that reads and writes the metadata file, and a scene set's own
+#: ``meta`` (not a device's)
+META_OWNERS = ("latency_models/device/_table.py", "experiments/perception/")
+
+
+def _raw_meta_reads(root: Path) -> list[str]:
+    found = []
+    for part in PARTS:
+        for path in _modules(part, root).values():
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(META_OWNERS):
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if RAW_META.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    return found
+
+
+def test_device_facts_are_read_typed_outside_the_table_module(tmp_path: Path) -> None:
+    assert _raw_meta_reads(ROOT) == []
+    planted = _tree(tmp_path, {"search/x.py": 'cpu = table.meta.get("cpu")\n'}) / "p"
+    assert _raw_meta_reads(planted) == ['search/x.py:1: cpu = table.meta.get("cpu")']

@@ -149,6 +149,10 @@ class DeviceMeta:
         offload_device: where unsupported ops run.
         transfer_gbps: bandwidth to the offload device.
         noise_pct, noise_models: see ``noise_band``.
+        protocol: how its rows were timed (``runner.protocol``).
+        few_shot_from: the device a few-shot table's ops are transferred from.
+        import_warnings: what importing its measurements warned of.
+        validation: the last ``lut validate`` result.
         extra: every other key of the metadata file, kept as read.
     """
 
@@ -177,6 +181,10 @@ class DeviceMeta:
     #: bundle id: a device's table holds the rows of every space measured on it, and the
     #: fields above are those of the latest
     bundles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    protocol: dict[str, Any] | None = None
+    few_shot_from: str | None = None
+    import_warnings: tuple[str, ...] = ()
+    validation: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def noise_band(self) -> str:
@@ -202,8 +210,9 @@ class DeviceMeta:
     def from_dict(cls, data: dict[str, Any]) -> DeviceMeta:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in data.items() if k in names}
-        if "unsupported_ops" in known:
-            known["unsupported_ops"] = tuple(known["unsupported_ops"] or ())
+        for many in ("unsupported_ops", "import_warnings"):
+            if many in known:
+                known[many] = tuple(known[many] or ())
         for flag in ("half", "int8_qdq"):
             if flag in known:
                 known[flag] = bool(known[flag])
@@ -240,13 +249,19 @@ class DeviceTable:
         self._by_key = {r.key: r for r in self.rows}
         self.__dict__.pop("unsupported_types", None)
         self.__dict__.pop("overhead_ms", None)
+        self.__dict__.pop("device_meta", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "meta":  # new metadata: its typed form is read again when next asked
+            self.__dict__.pop("device_meta", None)
 
     def get(self, key: str) -> Row | None:
         return self._by_key.get(key)
 
-    @property
+    @functools.cached_property
     def device_meta(self) -> DeviceMeta:
-        """The metadata, typed."""
+        """The metadata, typed: read once (``meta`` is the file's content, as written)."""
         return DeviceMeta.from_dict(self.meta)
 
     def bundle_meta(self, bundle_id: str | None) -> DeviceMeta:
@@ -290,7 +305,7 @@ class DeviceTable:
     @functools.cached_property
     def unsupported_types(self) -> set[str]:
         """Op types the device cannot run: from metadata, or every row of the type failed."""
-        declared = set(self.meta.get("unsupported_ops", []))
+        declared = set(self.device_meta.unsupported_ops)
         by_type: dict[str, list[str]] = {}
         for r in self.ops():
             by_type.setdefault(r.op_type, []).append(r.status)
@@ -299,7 +314,7 @@ class DeviceTable:
 
     @property
     def active_power_w(self) -> float | None:
-        value = self.meta.get("active_power_w")
+        value = self.device_meta.active_power_w
         return float(value) if value is not None else None
 
     @property
@@ -312,21 +327,22 @@ class DeviceTable:
         by_type: dict[str, int] = {}
         for r in ops:
             by_type[r.op_type] = by_type.get(r.op_type, 0) + 1
+        meta = self.device_meta
         return {
             "name": self.name,
-            "device": self.meta.get("device"),
-            "cpu": self.meta.get("cpu"),
-            "provider": self.meta.get("provider"),
-            "threads": self.meta.get("threads"),
-            "onnxruntime": self.meta.get("onnxruntime"),
-            "date": self.meta.get("date"),
+            "device": meta.device,
+            "cpu": meta.cpu,
+            "provider": meta.provider,
+            "threads": meta.threads,
+            "onnxruntime": meta.onnxruntime,
+            "date": meta.date,
             "ops": len(ops),
             "ops_ok": sum(r.status == "ok" for r in ops),
             "ops_by_type": dict(sorted(by_type.items())),
             "unsupported_types": sorted(self.unsupported_types),
             "overhead_ms": self.overhead_ms,
             # how every row was timed (runner.protocol)
-            "protocol": self.meta.get("protocol"),
+            "protocol": meta.protocol,
             "calibration_models": len(self.whole_models("calibration")),
             "validation_models": len(self.whole_models("validation")),
             "energy_column": any(r.energy_mj is not None for r in self.rows),
@@ -628,7 +644,7 @@ class DeviceStore:
             for entry in json.loads(file.read_text()):
                 table.models[entry["key"]] = entry
         table.profiles = read_profiles(profiles_path(path))
-        base = table.meta.get("few_shot_from")
+        base = table.device_meta.few_shot_from
         if base:
             chain = (*_within, name)
             if base in chain:
@@ -699,10 +715,10 @@ class DeviceStore:
             new_keys = {r.key for r in rows}
             rows = [r for r in old.rows if r.key not in new_keys] + rows
             merged_meta = {**old.meta, **merged_meta}
-            warnings = [*old.meta.get("import_warnings", []), *warnings]
+            warnings = [*old.device_meta.import_warnings, *warnings]
         merged_meta["bundles"] = _bundles(old.meta if old is not None else {}, table.meta)
         for key in BUNDLE_FACTS:  # the top-level facts are the latest bundle's, not a mix
-            if table.meta.get("bundle_id") and key not in table.meta:
+            if table.device_meta.bundle_id and key not in table.meta:
                 merged_meta.pop(key, None)
         merged_meta.pop("import_warnings", None)
         if warnings:
@@ -740,11 +756,11 @@ class DeviceStore:
         except TableError as err:  # an older bundle version: replaced, not merged
             warnings.append(f"the stored {name} table was dropped: {err}")
             return None
-        if old.meta.get("protocol") != table.meta.get("protocol"):
+        if old.device_meta.protocol != table.device_meta.protocol:
             # rows timed another way are not comparable: the new run replaces them
             warnings.append(
                 f"the stored {name} rows were timed with another protocol "
-                f"({old.meta.get('protocol')}) and were dropped"
+                f"({old.device_meta.protocol}) and were dropped"
             )
             return None
         return old
@@ -837,7 +853,7 @@ def _import_losses(path: Path, table: DeviceTable, manifest: dict[str, Any] | No
             "timing protocol its rows were measured with would be unknown"
         )
     whole = [r for r in table.rows if r.kind in ("calibration", "validation")]
-    bundle_id = table.meta.get("bundle_id")
+    bundle_id = table.device_meta.bundle_id
     if manifest is not None and bundle_id and manifest.get("bundle_id") not in (None, bundle_id):
         raise TableError(
             f"{path}: measured bundle {bundle_id}, but the manifest given is of bundle "

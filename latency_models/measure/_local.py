@@ -151,7 +151,8 @@ def ensure_local_table(
     except TableError as err:  # a table of an older bundle version: measured again
         print(f"{err}; measuring it again", file=sys.stderr)
         table = None
-    if table is not None and table.meta.get("protocol", {}).get("version") != PROTOCOL_VERSION:
+    protocol = (table.device_meta.protocol or {}) if table is not None else {}
+    if table is not None and protocol.get("version") != PROTOCOL_VERSION:
         print(
             f"the stored {name} table was timed with another protocol: measuring it again",
             file=sys.stderr,
@@ -268,7 +269,7 @@ def _measure_sparse(
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "sparse.csv"
         write_rows(out, rows)
-        Path(str(out) + ".meta.json").write_text(json.dumps(table.meta))
+        Path(str(out) + ".meta.json").write_text(json.dumps(table.device_meta.to_dict()))
         return store.import_table(
             out,
             name=table.name,

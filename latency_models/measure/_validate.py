@@ -154,7 +154,7 @@ def _check_comparable(table: Any, stored: int, samples: int, use_table: bool) ->
     stored validation models than it holds, saying what to do instead."""
     from ..runner import cpu_model
 
-    here, there = cpu_model(), table.meta.get("cpu")
+    here, there = cpu_model(), table.device_meta.cpu
     if not use_table and there != here:
         where = f"on {there!r}" if there else "on an unknown CPU (no metadata)"
         raise ValueError(

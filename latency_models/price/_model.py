@@ -420,13 +420,13 @@ class LatencyModel:
         too few calibration models), and, where the device measured validation models,
         the predictions' error on them (``stored_validation``). The last ``lut
         validate`` result is in the table's metadata (``validation``)."""
-        warnings = list(self.table.meta.get("import_warnings", []))
+        warnings = list(self.table.device_meta.import_warnings)
         calibration = self.whole.summary(warnings)
         return {
             "calibration": calibration,
             "warnings": list(dict.fromkeys(warnings)),
             "stored_validation": self.stored_validation(),
-            "validation": self.table.meta.get("validation"),
+            "validation": self.table.device_meta.validation,
         }
 
     def stored_validation(self) -> dict[str, Any] | None:

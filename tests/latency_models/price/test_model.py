@@ -49,6 +49,7 @@ def test_unsupported_op_priced_on_offload_device_plus_transfer(table, mlp_setup,
     _, model, x, space = mlp_setup
     offload = DeviceTable(name="host", meta=dict(table.meta), rows=list(table.rows))
     table.meta["unsupported_ops"] = ["linear"]
+    table.__post_init__()  # the typed metadata is read once: read it again
     lm = LatencyModel(table, offload=offload, calibrate=False)
     lm.bind(model, x, space)
     plan = space.sample(2)
