@@ -20,9 +20,8 @@ from ..study._storage import (
     BASELINE_ATTR,
     SearchError,
     StudyStore,
+    check_storage,
     default_storage,
-    is_database,
-    journal_path,
     search_folders,
     writable,
 )
@@ -157,9 +156,7 @@ def prepare(config: Config, store: Any, resume: bool) -> TrialRunner:
         )
     for what, folder in search_folders(config).items():
         writable(folder, what)
-    storage = config.storage or default_storage(config)
-    if not is_database(storage):
-        journal_path(Path(storage.removeprefix("journal:")).expanduser())
+    check_storage(config.storage or default_storage(config))
     address = ray_address(config.backend.address) if config.backend.kind == "ray" else None
     if address:  # before any long work; the backend checks again when it joins
         check_ray_address(address)
@@ -267,12 +264,12 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
     difference. Speed-ups, measured beside the uncompressed model, do not. Costs one
     export and about a second (timed twice where the first timing is off, and the closer
     one kept: a passing spell of another job is not the table's fault)."""
-    from frontier.latency_models import local_device, measure_models, whole_model_bytes
+    from frontier.latency_models import measure_models, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
     lines = []
     for device, lm in evaluation.setup.latency.items():
-        here, table = local_device(device), evaluation.tables.get(device)
+        here, table = evaluation.config.typed.device(device).local, evaluation.tables.get(device)
         if here is None or table is None or here.unavailable():
             continue  # a device elsewhere: its runner times it
         stated = lm.predict(evaluation.teacher, CompressionPlan())

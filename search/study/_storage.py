@@ -177,6 +177,16 @@ def journal_completions(path: str | Path) -> int:
     return count
 
 
+def check_storage(url: str) -> None:
+    """Refuse, before any work, a study storage that cannot be written: a journal path
+    that is a folder or another file, or an SQLite file in a folder that cannot hold it
+    (SQLite says only "unable to open database file")."""
+    if not is_database(url):
+        journal_path(Path(url.removeprefix("journal:")).expanduser())
+    elif url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        writable(Path(url.removeprefix("sqlite:///")).parent, f"the study storage {url}")
+
+
 def _database(url: str, attempts: int = 5) -> Any:
     """Optuna's storage in the database at ``url``. Drivers started at once against a
     fresh database race to create its tables (the loser sees "already exists"): the
@@ -184,9 +194,7 @@ def _database(url: str, attempts: int = 5) -> Any:
     import optuna
     import sqlalchemy.exc
 
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        # SQLite says only "unable to open database file": name the folder in the way
-        writable(Path(url.removeprefix("sqlite:///")).parent, f"the study storage {url}")
+    check_storage(url)
     for attempt in range(1, attempts + 1):
         try:
             return optuna.storages.RDBStorage(url)
