@@ -402,3 +402,16 @@ def test_device_facts_are_read_typed_outside_the_table_module(tmp_path: Path) ->
     assert _raw_meta_reads(ROOT) == []
     planted = _tree(tmp_path, {"search/x.py": 'cpu = table.meta.get("cpu")\n'}) / "p"
     assert _raw_meta_reads(planted) == ['search/x.py:1: cpu = table.meta.get("cpu")']
+
+
+def test_search_resolves_a_device_once_through_resolve_device() -> None:
+    """The search reads a device from ``Config.typed`` (resolved once with the config) or,
+    for a name from outside it (a CLI flag, a logged result), from ``resolve_device``:
+    never by looking the name up again among this machine's devices."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in _modules("search", ROOT).values()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\blocal_device\(", line)
+    ]
+    assert found == []

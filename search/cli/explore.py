@@ -101,10 +101,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from frontier.latency_models import (
         compare_layers,
-        local_device,
         plot_layers,
         profile_layers,
         read_onnx,
+        resolve_device,
     )
 
     if args.runs < 10:
@@ -117,7 +117,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         for path in (model, base) if base else (model,):
             read_onnx(path)  # refused before anything is printed
         print(f"profiling {model} ({args.runs} runs) ...", file=sys.stderr)
-        here = local_device(f"local-cpu-{args.threads}t")  # --threads: a CPU device
+        here = resolve_device(f"local-cpu-{args.threads}t").local  # --threads: a CPU device
         assert here is not None
         mine = profile_layers(model, device=here, runs=args.runs)
         theirs = None

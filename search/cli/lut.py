@@ -391,14 +391,14 @@ def _validate_command(sub: Any) -> None:
 
 
 def cmd_lut_validate(args: argparse.Namespace) -> int:
-    from frontier.latency_models import LatencyModel, ensure_local_table, local_device, validate
+    from frontier.latency_models import LatencyModel, ensure_local_table, resolve_device, validate
 
     config = load(args.config)
     writable(Path(args.out), "the validation report (--out)")
     task, model, space = task_and_space(config)
     store = device_store(args)
     example = task.example_inputs()
-    if local_device(args.device) is not None:
+    if resolve_device(args.device).local is not None:
         table = ensure_local_table(
             model,
             example,

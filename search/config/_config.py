@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from frontier.evaluators import MetricKey
+from frontier.latency_models import Device
 from frontier.latency_models.runner import ROUND_S, ROUNDS
 from frontier.spaces import SpaceOptions
 
@@ -331,12 +333,13 @@ class Config(_Section):
         return [d.name if isinstance(d, DeviceSection) else d for d in self.devices]
 
     def _check_pipeline(self, pipeline: PipelineSection) -> None:
-        from frontier.latency_models import local_device
+        from frontier.latency_models import resolve_device
 
         names = self.listed_devices()
         # processes of this host hand tensors over in memory; a derived device reaches
         # the device it offloads to over its own link
-        shared = {n for n in names if (h := local_device(n)) and h.kind in HOST_KINDS}
+        here = [resolve_device(n).local for n in names]
+        shared = {h.name for h in here if h is not None and h.kind in HOST_KINDS}
         implied = {
             frozenset((d.name, d.offload or d.like))
             for d in self.devices
@@ -432,9 +435,19 @@ class TypedConfig:
     """
 
     constraints: tuple[Constraint, ...]
-    metrics: tuple[Any, ...]
+    metrics: tuple[MetricKey, ...]
     derived: dict[str, DeviceSection]
-    devices: tuple[Any, ...]
+    devices: tuple[Device, ...]
+
+    def device(self, name: str) -> Device:
+        """The device ``name`` names, as resolved once with the config (a name the config
+        does not list, a pipeline's or a result's, is resolved the same way)."""
+        for d in self.devices:
+            if d.name == name:
+                return d
+        from frontier.latency_models import resolve_device
+
+        return resolve_device(name, self.derived)
 
 
 def _format_errors(source: str, err: ValidationError) -> str:

@@ -23,8 +23,6 @@ EXAMPLE = "run_pipeline.py"
 def manifest(search: Any, trial: Any) -> dict[str, Any]:
     """``pipeline.json`` of ``trial``: stages, placements, order, copies and the
     predicted schedule (its stages' latencies as the trial recorded them)."""
-    from frontier.latency_models import local_device
-
     from ._price import schedule
 
     pipeline = search.pipeline
@@ -36,7 +34,7 @@ def manifest(search: Any, trial: Any) -> dict[str, Any]:
     stages = []
     for s in pipeline.stages:
         device = trial.placement[s.name]
-        here = local_device(device)
+        here = search.config.typed.device(device).local
         stages.append(
             {
                 "name": s.name,

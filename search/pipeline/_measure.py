@@ -47,12 +47,10 @@ class FrameMeasurement:
         return abs(self.speedup_predicted / self.speedup_measured - 1)
 
 
-def measurable(placement: Mapping[str, str]) -> str:
-    """Why a placement cannot be run here ("" when it can)."""
-    from frontier.latency_models import local_device
-
+def measurable(config: Any, placement: Mapping[str, str]) -> str:
+    """Why a placement cannot be run here ("" when it can); ``config``'s devices."""
     for stage, device in placement.items():
-        here = local_device(device)
+        here = config.typed.device(device).local
         if here is None:
             return f"stage {stage} is placed on {device}, which is not a device of this machine"
         why = here.unavailable()
@@ -154,11 +152,11 @@ def time_frames(frames: Sequence[Callable[[], float]]) -> list[float]:
 def open_stage(search: Any, stage: str, plan: Mapping[str, Any], device: str, rng: Any) -> Any:
     """A call that runs ``stage`` compressed by ``plan`` once, exported as ``device``
     runs it (its precision and INT8 form) and opened in that device's runtime here."""
-    from frontier.latency_models import local_device, quiet_root_logger, whole_model_bytes
+    from frontier.latency_models import quiet_root_logger, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
     runner = search.runners[stage]
-    here = local_device(device)
+    here = search.config.typed.device(device).local
     assert here is not None, device  # measurable() said so
     with quiet_root_logger():  # ONNX Runtime's quantizer advises on every model
         data = whole_model_bytes(
@@ -208,7 +206,7 @@ def stage_context_ms(
     rng = np.random.default_rng(0)
     for device in dict.fromkeys(d for s in order for d in choices[s]):
         on = [s for s in order if device in choices[s]]
-        if len(on) < 2 or measurable({s: device for s in on}):
+        if len(on) < 2 or measurable(search.config, {s: device for s in on}):
             for s in on:
                 out[s][device] = 0.0
             continue
@@ -251,7 +249,7 @@ def measure_trials(search: Any, trials: Sequence[Any]) -> list[FrameMeasurement]
     members = [baseline, *trials]
     runnable = []
     for t in members:
-        why = measurable(t.placement)
+        why = measurable(search.config, t.placement)
         if why:
             logger.info("pipeline: trial %d not measured here: %s", t.number, why)
         else:

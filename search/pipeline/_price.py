@@ -158,7 +158,7 @@ def price_stage(config: Config, stage: StageSection, store: Any = None) -> Stage
 def links_of(config: Config) -> Any:
     """The pipeline's links (``latency_models.Links``): those it lists, each derived
     device's to the device it offloads to, and this host's devices on shared memory."""
-    from frontier.latency_models import Link, Links, local_device
+    from frontier.latency_models import Link, Links
 
     assert config.pipeline is not None
     links = [
@@ -170,7 +170,8 @@ def links_of(config: Config) -> Any:
         if isinstance(d, DeviceSection) and frozenset((d.name, d.offload or d.like)) not in listed:
             links.append(Link(d.name, d.offload or d.like, d.transfer_gbps))
     names = config.listed_devices()
-    shared = [n for n in names if (h := local_device(n)) and h.kind in HOST_KINDS]
+    here = [config.typed.device(n).local for n in names]
+    shared = [h.name for h in here if h is not None and h.kind in HOST_KINDS]
     return Links(links, shared_memory=shared)
 
 

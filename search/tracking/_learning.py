@@ -34,10 +34,10 @@ def measure_front(
     local ``device``, log it beside the prediction and, with ``learn``, add the
     measurements to the device's table (``learn_front``). Remote devices are measured
     by their runner (``frontier lut front``); a failure costs the search nothing."""
-    from frontier.latency_models import local_device, measure_onnx, whole_model_bytes
+    from frontier.latency_models import measure_onnx, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
-    here = local_device(device)
+    here = search.config.typed.device(device).local
     if here is None:
         return  # a remote device: its runner measures it
     if here.int8_qdq != search.evaluation.qdq:

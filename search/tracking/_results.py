@@ -178,12 +178,12 @@ def deploy_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, Path]:
     """What each local device's runtime among ``metrics`` loads in deployment, written
     beside the picked ONNX file (``Runtime.deploy``: OpenVINO's IR); a runtime that
     cannot convert the model is warned about."""
-    from frontier.latency_models import local_device
+    from frontier.latency_models import resolve_device
 
     out: dict[str, Path] = {}
     done: set[str] = set()
-    for name in metrics:
-        here = local_device(MetricKey.parse(name).device or "")
+    for name in metrics:  # a logged result's devices: resolved here, from their names
+        here = resolve_device(MetricKey.parse(name).device or "").local
         if here is None or here.kind in done or here.unavailable():
             continue
         done.add(here.kind)
@@ -208,13 +208,13 @@ def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]
     """A picked model's latency on each local device among its metrics (one this
     machine can measure), measured here by the timing protocol every table row was
     measured with; a logged figure more than 10% off the measurement is warned about."""
-    from frontier.latency_models import local_device, measure_local
+    from frontier.latency_models import measure_local, resolve_device
 
     out = {}
     for name, logged in metrics.items():
         key = MetricKey.parse(name)
         metric, device = key.metric, key.device
-        here = local_device(device)
+        here = resolve_device(device).local
         if metric != "latency_ms" or here is None:
             continue
         if reason := here.unavailable():
