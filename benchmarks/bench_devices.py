@@ -39,6 +39,7 @@ from frontier.latency_models import (
     DeviceStore,
     LatencyModel,
     error_summary,
+    local_device,
     measure_bundle,
     quiet_root_logger,
     read_manifest,
@@ -63,7 +64,9 @@ def _bundle(path: Path, model, x, space, data, **kwargs) -> tuple[dict[str, Any]
 
 def _measure(bundle: Path, out: Path, device: str) -> float:
     t0 = time.perf_counter()
-    measure_bundle(bundle, out, device=device, threads=DEVICES[device])
+    here = local_device(device)
+    assert here is not None and here.threads == DEVICES[device]
+    measure_bundle(bundle, out, device=device, backend=here.backend())
     return time.perf_counter() - t0
 
 

@@ -493,8 +493,6 @@ def time_chunked(
 def measure_onnx(
     models: Sequence[bytes | str | Path],
     *,
-    threads: int = 1,
-    provider: str = "CPUExecutionProvider",
     rounds: int = ROUNDS,
     round_s: float = ROUND_S,
     seed: int = 0,
@@ -506,11 +504,11 @@ def measure_onnx(
     """Whole ONNX models (bytes or files) timed on this machine by the protocol
     (``time_chunked``, stated against ``reference`` where given), at ``batch_size`` on
     seeded random inputs; one stats dict per model, in order. ``backend`` opens and
-    times each (``OrtBackend(provider, threads)`` by default). ``progress`` gets (models
+    times each (``OrtBackend()``, one CPU thread, by default). ``progress`` gets (models
     done, models) after each chunk."""
     import numpy as np
 
-    backend = backend if backend is not None else OrtBackend(provider, threads)
+    backend = backend if backend is not None else OrtBackend()
 
     def make_run(m: bytes | str | Path) -> Callable[[], Any]:
         data = m if isinstance(m, bytes) else Path(m).read_bytes()
@@ -616,6 +614,9 @@ class Backend(Protocol):
     ``runner_torch``). The loop, the protocol and the files written are the same."""
 
     provider: str
+    #: the threads its models run on, as the table records them (the backend holds the
+    #: count: no caller passes one beside it)
+    threads: int
     #: the name of ``timer`` in the protocol's metadata ("" for the wall clock)
     timer_name: str
     #: whether its runtime converts layouts around kernels, shown in its profiles as
@@ -872,12 +873,17 @@ def _set_inputs(request: Any, feeds: dict[str, Any]) -> None:
         request.set_tensor(name, ov.Tensor(array, shared_memory=True))
 
 
+#: the runtimes ``--runtime`` names, each a backend built from the parsed options
+BACKENDS: dict[str, Callable[[argparse.Namespace], Backend]] = {
+    "onnxruntime": lambda args: OrtBackend(args.provider, args.threads),
+    "openvino": lambda args: OvBackend(args.threads, args.precision),
+}
+
+
 def backend_from_args(args: argparse.Namespace) -> Backend:
-    """The backend ``add_measure_arguments``' options name: ONNX Runtime's provider or
-    OpenVINO, with ``--threads`` threads."""
-    if args.runtime == "openvino":
-        return OvBackend(args.threads, args.precision)
-    return OrtBackend(args.provider, args.threads)
+    """The backend ``add_measure_arguments``' options name (``BACKENDS``): ONNX
+    Runtime's provider or OpenVINO, with ``--threads`` threads."""
+    return BACKENDS[args.runtime](args)
 
 
 def read_manifest(bundle: Path) -> dict[str, Any]:
@@ -920,8 +926,6 @@ def measure_bundle(
     out: str | Path,
     *,
     device: str,
-    provider: str = "CPUExecutionProvider",
-    threads: int = 1,
     batch_size: int | None = None,
     kinds: tuple[str, ...] = ("overhead", "op", "calibration", "validation", "front"),
     rounds: int = ROUNDS,
@@ -946,8 +950,6 @@ def measure_bundle(
             search's front members, kind ``front``).
         out: the CSV to write.
         device: the device's name, as the user calls it (``pi4``, ``local-cpu``).
-        provider: the ONNX Runtime execution provider.
-        threads: intra-op threads.
         batch_size: the batch fed to models with a dynamic batch dimension (the
             whole models); None (the default) takes the bundle's, the batch its op
             models were built at. Another batch than that is refused for a bundle with
@@ -955,8 +957,9 @@ def measure_bundle(
             bundle's whole models may be timed at any.
         kinds: which kinds of model to measure.
         rounds, round_s: the protocol's rounds and seconds per visit.
-        backend: what opens, times and profiles a model (``OrtBackend(provider,
-            threads)`` by default; ``runner_torch.TorchBackend`` on a GPU).
+        backend: what opens, times and profiles a model, on its threads
+            (``OrtBackend()``, one CPU thread, by default; ``BACKENDS`` by
+            ``--runtime``; ``runner_torch.TorchBackend`` on a GPU).
         redo_budget_s: seconds for timing again the chunks that ran while the device
             drifted beyond its noise band (``_redo_drifted``); None: a quarter of the
             time the pass took.
@@ -968,10 +971,8 @@ def measure_bundle(
     bundle, out = Path(bundle), Path(out)
     manifest = read_manifest(bundle)
     batch_size = _batch_of(bundle, manifest, batch_size)
-    backend = backend if backend is not None else OrtBackend(provider, threads)
-    # a backend that knows its threads is what the table records, not the argument
-    threads = int(getattr(backend, "threads", threads))
-    meta = _run_meta(manifest, backend, device, threads, batch_size, rounds, round_s)
+    backend = backend if backend is not None else OrtBackend()
+    meta = _run_meta(manifest, backend, device, batch_size, rounds, round_s)
     _write_meta(out, meta)
     # The result carries what the table is predicted with (op specs, the ops of each
     # whole model), so an import needs nothing but the files beside the CSV.
@@ -1174,7 +1175,6 @@ def _run_meta(
     manifest: dict[str, Any],
     backend: Backend,
     device: str,
-    threads: int,
     batch_size: int,
     rounds: int,
     round_s: float,
@@ -1184,7 +1184,7 @@ def _run_meta(
         "device": device,
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "threads": threads,
+        "threads": backend.threads,
         "batch_size": batch_size,
         "op_batch_size": manifest.get("batch_size", 1),
         **({"half": True} if manifest.get("half") else {}),
@@ -1197,7 +1197,7 @@ def _run_meta(
         "bundle_version": manifest["version"],
         "bundle_id": manifest.get("bundle_id", ""),
         "protocol": protocol(
-            threads,
+            backend.threads,
             rounds=rounds,
             round_s=round_s,
             provider=backend.provider,
@@ -1472,7 +1472,7 @@ def add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the CSV to write (resumed if it exists)")
     parser.add_argument(
         "--runtime",
-        choices=("onnxruntime", "openvino"),
+        choices=tuple(BACKENDS),
         default="onnxruntime",
         help="what runs each model: ONNX Runtime (default) or OpenVINO (needs the "
         "openvino and onnx packages)",

@@ -446,6 +446,7 @@ class TorchBackend:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError("no CUDA GPU is visible to PyTorch (torch.cuda.is_available())")
         self.device = device
+        self.threads = 1  # the table's threads field: a GPU's engine takes no count
         self.provider = f"torch-{device}"
         self.timer_name = "cuda-events" if device.startswith("cuda") else ""
         self.layout_glue = False  # eager kernels: no layout conversions between them
