@@ -105,14 +105,16 @@ class EvalSetup:
         return self.task.example_inputs()
 
     @property
-    def device(self) -> str:
-        """The accelerator's torch device."""
+    def torch_device(self) -> str:
+        """The accelerator's torch device (``cpu``, ``cuda:0``): where models train, not
+        a device ``latency`` prices."""
         return self.accelerator.device
 
     def placed(self, model: nn.Module) -> nn.Module:
         """``model`` on the accelerator: itself on the CPU, else a copy there (the
         original stays on the CPU, where plans are applied and exported)."""
-        return model if self.device == "cpu" else copy.deepcopy(model).to(self.device)
+        on = self.torch_device
+        return model if on == "cpu" else copy.deepcopy(model).to(on)
 
     @property
     def teacher_placed(self) -> nn.Module:
@@ -147,7 +149,7 @@ class EvalSetup:
                 batches = list(found())
             else:
                 batches = [next(iter(self.task.loaders(batch_size=256).val))]
-            batches = [to_device(b, self.device) for b in batches]
+            batches = [to_device(b, self.torch_device) for b in batches]
             teacher = self.teacher_placed
             with torch.no_grad():
                 self._proxy = (batches, torch.cat([teacher(x) for x, _ in batches]))

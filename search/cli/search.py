@@ -88,7 +88,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"frontier pick --experiment {experiment} {_pick_hint(search.objectives, result.pareto)} "
         "--export picked/"
     )
-    devices = Counter(r.device for r in search.records.values() if r.device)
+    devices = Counter(r.train_device for r in search.records.values() if r.train_device)
     if devices:
         print(
             "trials trained and scored on: "

@@ -87,7 +87,7 @@ class TrialRecord:
     #: the cluster node that scored rung 0 ("" outside Ray)
     node: str = ""
     #: the accelerator that trained and scored rung 0 (``cpu``, ``cuda:0 (NVIDIA H200)``)
-    device: str = ""
+    train_device: str = ""
     #: the trial's run in the tracking store (set by the MLflow callback)
     run_id: str = ""
     #: rung -> the scored model its job exported, for the callback that exports the

@@ -186,8 +186,8 @@ class MlflowCallback(Callback):
             tags[Tag.ERROR] = record.error[:5000]
         if record.node:
             tags[Tag.NODE] = record.node
-        if record.device:
-            tags[Tag.TRAIN_DEVICE] = record.device
+        if record.train_device:
+            tags[Tag.TRAIN_DEVICE] = record.train_device
         values = record.values(0) if record.state == "complete" else {}
         if values:
             tags[Tag.FEASIBLE] = str(search.front.judge(record)).lower()

@@ -397,8 +397,8 @@ class StudyStore:
             trial.set_user_attr("eval_s", outcome.wall_s)
             if outcome.node:
                 trial.set_user_attr("node", outcome.node)
-            if outcome.device:
-                trial.set_user_attr("train_device", outcome.device)
+            if outcome.train_device:
+                trial.set_user_attr("train_device", outcome.train_device)
             study.tell(trial, [outcome.values[o.name] for o in front.objectives])
             rec = TrialRecord(
                 trial.number,
@@ -407,7 +407,7 @@ class StudyStore:
                 "complete",
                 rungs={0: dict(outcome.values)},
                 node=outcome.node,
-                device=outcome.device,
+                train_device=outcome.train_device,
             )
         self.flush()  # the trial is on disk before anyone hears of it
         return rec
@@ -454,7 +454,7 @@ def restore(study: Any) -> dict[int, TrialRecord]:
                 t.user_attrs["plan"],
                 "complete",
                 node=t.user_attrs.get("node", ""),
-                device=t.user_attrs.get("train_device", ""),
+                train_device=t.user_attrs.get("train_device", ""),
             )
             rec.rungs[0] = dict(t.user_attrs["values"])
             for r, vals in attrs.get(RUNG_ATTR + str(t.number), {}).items():

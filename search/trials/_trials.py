@@ -43,7 +43,7 @@ class TrialResult:
         export_error: why that export failed ("" when it did not); the trial stands.
         export_s: seconds the export took (not in ``wall_s``).
         node: the address of the cluster node that scored it ("" outside Ray).
-        device: the accelerator that trained and scored it (``Accelerator.describe``:
+        train_device: the accelerator that trained and scored it (``Accelerator.describe``:
             ``cpu``, ``cuda:0 (NVIDIA H200, bf16)``).
     """
 
@@ -56,7 +56,7 @@ class TrialResult:
     export_error: str = ""
     export_s: float = 0.0
     node: str = ""
-    device: str = ""
+    train_device: str = ""
     #: the fine-tuned weights (``torch.save`` of the state dict) of an uncompressed plan
     #: at a training rung: the better teacher, where it beats an under-trained baseline
     weights: bytes | None = field(default=None, repr=False)
@@ -294,7 +294,7 @@ class TrialRunner:
                 values[name], fidelity[name], details[name] = m.value, m.fidelity, m.details
         values = {n: values[n] for n in names}
         result = TrialResult(values, fidelity, details, time.perf_counter() - start)
-        result.device = self.accelerator.describe()
+        result.train_device = self.accelerator.describe()
         if weights and candidate.scored is not None:
             buffer = io.BytesIO()
             torch.save(candidate.scored.state_dict(), buffer)

@@ -37,7 +37,7 @@ def test_a_trial_on_a_named_device_puts_its_models_and_batches_there(
     placed: list[tuple[str, str]] = []
 
     def place(self, model):
-        placed.append((type(model).__name__, self.device))
+        placed.append((type(model).__name__, self.torch_device))
         return accuracy.copy.deepcopy(model)
 
     monkeypatch.setattr(EvalSetup, "placed", place)
