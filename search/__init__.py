@@ -33,6 +33,7 @@ from .pipeline._search import PipelineResult, PipelineSearch, PipelineTrial
 from .run._callbacks import Callback, Emissions, ProgressBar, ProgressLines
 from .run._engine import Search, SearchResult, run
 from .run._mlflow import MlflowCallback
+from .run._report import SearchReport
 from .run._sensitivity import choices as sensitivity_choices
 from .run._sensitivity import sensitivity
 from .run._setup import default_callbacks, plan_latency, task_and_space
@@ -93,6 +94,7 @@ __all__ = [
     "Search",
     "SearchAware",
     "SearchError",
+    "SearchReport",
     "SearchResult",
     "SearchView",
     "SpreadPromotion",

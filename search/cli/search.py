@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from typing import Any
 
 from frontier.latency_models.runner import at_least
@@ -11,7 +10,6 @@ from frontier.latency_models.runner import at_least
 from ..config._config import parse_overrides
 from ..config._registries import backend_names
 from ..run._engine import Search
-from ..tracking._results import noise_bands
 from ._common import CONFIG_HELP, UsageError, add_tracking_uri, load
 
 
@@ -88,58 +86,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         f"frontier pick --experiment {experiment} {_pick_hint(search.objectives, result.pareto)} "
         "--export picked/"
     )
-    devices = Counter(r.train_device for r in search.records.values() if r.train_device)
-    if devices:
-        print(
-            "trials trained and scored on: "
-            + ", ".join(f"{d} ({n} trials)" for d, n in devices.most_common())
-        )
-    saved = search.summary
-    if "promotion_saved_s" in saved:
-        top = max(search.timing.rung_s)
-        print(
-            f"promotion: {saved['rung0_evaluations']:.0f} trials, "
-            f"{saved[f'rung{top}_evaluations']:.0f} measured at the {search.evaluation.rungs[top]} "
-            f"rung; every trial there would have taken about {saved['top_rung_only_s']:.0f} s "
-            f"of evaluation, this search's took {saved['evaluation_s']:.0f} s "
-            + _saved(saved["promotion_saved_s"])
-        )
-    ruled = search.front.ruled_out()
-    rungs = search.evaluation.rungs
-    if ruled and len(rungs) > 1:
-        print(
-            "ruled out by a constraint: "
-            + ", ".join(f"{n} at rung {rungs[r]}" for r, n in ruled.items())
-            + " (a plan ruled out below the top rung was not measured there"
-            + "".join(
-                f"; {kind or 'compressed'} plans at rung {rungs[r]} judged at the accuracy "
-                f"learnt to be expected of them at the top rung: {a}"
-                for (r, kind), a in search.front.allowance.items()
-            )
-            + ")"
-        )
-    for band in noise_bands(search.evaluation).values():
-        print(f"latency: {band}")
-    miss = search.front.closest_miss()
-    if miss:
-        print(f"no plan met the constraints {[str(c) for c in search.constraints]}; {miss}")
-    for note in search.evaluation.notes:
-        print(f"note: {note}")
-    if search.watch.teacher_file is not None:
-        print(
-            "continue with the better model as the teacher: frontier search "
-            f"{args.config} --set task.teacher={search.watch.teacher_file}"
-        )
+    for line in search.report().lines(args.config):
+        print(line)
     return 0
-
-
-def _saved(seconds: float) -> str:
-    if seconds >= 0.5:
-        return f"(saved about {seconds:.0f} s)"
-    return (
-        f"(about {-seconds:.0f} s more: on a search this small, re-measuring the promoted "
-        "plans costs more than the cheap rungs save)"
-    )
 
 
 def _pick_hint(objectives: list[Any], front: Any) -> str:

@@ -29,17 +29,19 @@ from ..tracking._tracking import no_telemetry
 from ..trials._backends import Backend, Job, Pending, build_backend
 from ..trials._promotion import Promotion, finishing
 from ..trials._samplers import ask_unique
-from ..trials._trials import ACCURACY, TrialResult
+from ..trials._trials import ACCURACY, TrialResult, TrialRunner
 from . import _setup as setup
 from ._callbacks import Callback
+from ._report import SearchReport, search_report
 from ._timing import Timing
 from ._watch import Watch
 
 
 class Search:
-    """One search: build it from a config (which builds the task, its trained baseline,
-    the space, the evaluators and the device tables), then ``run()`` (which opens the
-    study and runs its trials).
+    """One search: build it from a config (cheap: the config is read and checked), then
+    ``run()``, which calls ``prepare()`` (the task, its trained baseline, the space, the
+    evaluators and the device tables, with progress lines), opens the study and runs its
+    trials. ``report()`` tells what it found beside its front.
 
     Args:
         config: a ``Config``, a path or a built-in name.
@@ -97,16 +99,50 @@ class Search:
         self.generation = 0
         self._exhausted = False
         self._stop = StopRequest()  # Ctrl-C in the loop: see _interrupt
-        #: runs the trials: the task, its trained baseline, the space, evaluators, tables
-        self.evaluation = setup.prepare(self.config, store, resume)
-        self.watch = Watch(self.evaluation)
-        self.objectives: list[Objective] = self.evaluation.objectives()
+        self._store = store
+        self._evaluation: TrialRunner | None = None
+        self._watch: Watch | None = None
+        #: the objectives, known once ``prepare`` built the evaluators
+        self.objectives: list[Objective] = []
         #: the study and the baseline's values in it, which ``run`` opens
         self.study: Any = None
         self.study_name = ""
         self.baseline: dict[str, float] = {}
         self.front = Front(self.records, self.objectives, self.constraints)
         self._held: StudyStore | None = None  # the storage whose lock this search holds
+
+    def prepare(self) -> Search:
+        """The long step before the first trial, said as it goes: check the folders and
+        the devices, build the task, train (or read back) its baseline, build the space
+        and the evaluators, measure (or read) the device tables. ``run`` calls it; a
+        second call does nothing."""
+        if self._evaluation is None:
+            self._evaluation = setup.prepare(self.config, self._store, self.resume)
+            self._watch = Watch(self._evaluation)
+            self.objectives = self._evaluation.objectives()
+            self.front = Front(self.records, self.objectives, self.constraints)
+        return self
+
+    @property
+    def evaluation(self) -> TrialRunner:
+        """Runs the trials: the task, its trained baseline, the space, the evaluators and
+        the tables (``prepare`` builds it)."""
+        if self._evaluation is None:
+            raise RuntimeError("the search is not prepared yet: call prepare() (run() does)")
+        return self._evaluation
+
+    @property
+    def watch(self) -> Watch:
+        """What the trials showed of the baseline (a better teacher), from ``prepare`` on."""
+        if self._watch is None:
+            raise RuntimeError("the search is not prepared yet: call prepare() (run() does)")
+        return self._watch
+
+    def report(self) -> SearchReport:
+        """What the search found beside its front, as data (``SearchReport``): where
+        trials ran, what promotion saved, what constraints ruled out, the tables' noise,
+        the nearest miss, notes and a better teacher."""
+        return search_report(self)
 
     # -- state callbacks read ---------------------------------------------------------------
     @property
@@ -152,6 +188,7 @@ class Search:
     def run(self) -> SearchResult:
         """Run the search to its trial budget; returns its result."""
         cfg = self.config
+        self.prepare()
         try:
             self._open()
             setup.warm_up(self.evaluation)

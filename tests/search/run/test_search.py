@@ -666,3 +666,38 @@ def test_the_terminal_holds_only_frontiers_own_lines(write_config, workdir: Path
     assert lines and not [line for line in lines if foreign.match(line)], lines
     log = Path(os.environ["FRONTIER_DATA_DIR"]) / "third-party.log"
     assert "mlflow" in log.read_text()  # kept, not lost
+
+
+def test_a_search_is_cheap_to_build_and_prepares_when_asked(
+    write_config, tmp_path, monkeypatch, capsys
+) -> None:
+    """``Search(config)`` reads the config and nothing more: no baseline is trained and no
+    table measured until ``prepare()`` (which ``run()`` calls); the CLI prints what it
+    says after the front from the search's public report."""
+    monkeypatch.setenv("FRONTIER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FRONTIER_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_config(
+        objectives=[{"name": "accuracy", "options": {"steps": 20}}, "latency_ms@local-cpu"],
+        constraints=[],
+        search={"trials": 4, "population": 4, "fidelity": {"rungs": ["proxy", "short"]}},
+    )
+    start = time.monotonic()
+    search = Search(path, progress=False)
+    assert time.monotonic() - start < 5
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "data").exists()
+    with pytest.raises(RuntimeError, match=r"call prepare\(\)"):
+        search.evaluation  # noqa: B018
+    assert search.prepare() is search
+    assert list((tmp_path / "cache").glob("digits-mlp-*.pt"))  # the baseline, trained
+    assert (tmp_path / "data" / "devices" / "local-cpu" / "table.csv").exists()
+    assert [o.name for o in search.objectives] == ["accuracy", "latency_ms@local-cpu"]
+    search.prepare()  # a second call does nothing
+    search.run()
+    report = search.report()
+    assert report.train_devices == {"cpu": 4}
+    assert "local-cpu" in report.noise_bands
+    capsys.readouterr()
+    assert main(["search", str(path), "--new", "--trials", "4", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "trials trained and scored on: cpu (4 trials)" in printed
+    assert f"latency: {report.noise_bands['local-cpu']}" in printed

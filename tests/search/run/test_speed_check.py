@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from frontier.latency_models import DeviceMeta, measure_local, whole_model_bytes
+from frontier.latency_models import DeviceMeta, measure_local, resolve_device, whole_model_bytes
 from frontier.search.run._setup import speed_check
 from frontier.spaces import CompressionPlan
 
@@ -27,6 +27,7 @@ def _evaluation(tables: dict[str, tuple[_Stated, float]]) -> SimpleNamespace:
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
                           nn.Linear(8 * 8 * 8, 10)).eval()  # fmt: skip
     return SimpleNamespace(
+        config=SimpleNamespace(typed=SimpleNamespace(device=resolve_device)),
         teacher=model,
         example=torch.randn(1, 1, 8, 8),
         setup=SimpleNamespace(latency={name: stated for name, (stated, _) in tables.items()}),
