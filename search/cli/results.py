@@ -14,6 +14,8 @@ from frontier.evaluators import SAVINGS_PREFIX
 from ..pipeline._track import download_pipeline, is_pipeline
 from ..study._storage import writable, writable_file
 from ..tracking._results import (
+    BASELINE_ONNX,
+    compare_picked,
     deploy_picked,
     latency_checks,
     measure_picked,
@@ -22,7 +24,14 @@ from ..tracking._results import (
     sort_front,
     with_params,
 )
-from ..tracking._tracking import TEST_METRIC, Tag, download, front_frame, metrics_of
+from ..tracking._tracking import (
+    TEST_METRIC,
+    Tag,
+    download,
+    download_text,
+    front_frame,
+    metrics_of,
+)
 from ._common import UsageError, add_tracking_uri, tracking_uri
 
 WHERE_HELP = "constraints, e.g. 'accuracy >= 0.95, size_bytes <= 32768'"
@@ -180,15 +189,37 @@ def cmd_pick(args: argparse.Namespace) -> int:
     deployed = deploy_picked(files["model.onnx"], report["metrics"])
     report["files"].update({k: str(v) for k, v in deployed.items()})
     if not args.no_measure:
-        measured = measure_picked(files["model.onnx"], report["metrics"])
-        if measured:
-            report["latency_measured_ms"] = measured
+        _measure_pick(uri, parent, files["model.onnx"], report)
     if args.register:
         report["registered"] = register_model(
             uri, row["run_id"], files["model.onnx"], args.register, args.alias
         )
     print(json.dumps(report, indent=2, default=str))
     return 0
+
+
+def _measure_pick(uri: str, parent: Any, onnx_path: Path, report: dict[str, Any]) -> None:
+    """Time the pick on each local device among its metrics: beside the uncompressed
+    model the search logged (speed-ups compared, ``speedup``), else alone (a search
+    from before that model was logged: milliseconds compared)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="frontier-pick-") as tmp:
+        try:
+            base = download_text(uri, parent.info.run_id, BASELINE_ONNX, tmp)
+        except Exception:  # not logged: an older search, or one stopped before its end
+            measured = measure_picked(onnx_path, report["metrics"])
+            if measured:
+                report["latency_measured_ms"] = measured
+            return
+        table_base = json.loads(parent.data.tags.get(Tag.BASELINE, "{}"))
+        compared = compare_picked(onnx_path, report["metrics"], base, table_base)
+    if compared:
+        report["latency_measured_ms"] = {d: e["ms"] for d, e in compared.items()}
+        report["speedup"] = {
+            d: {k.removeprefix("speedup_"): v for k, v in e.items() if k.startswith("speedup")}
+            for d, e in compared.items()
+        }
 
 
 def _export_folder(out: Path) -> Path:

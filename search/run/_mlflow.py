@@ -291,6 +291,7 @@ class MlflowCallback(Callback):
         members = self._front_models(search)
         if not members:
             return
+        self._log_baseline(search)
         ev = search.evaluation
         if self.test_front and ev.reports_test():
             logger.info(
@@ -314,6 +315,25 @@ class MlflowCallback(Callback):
 
             kept = {n: (self._models[n], search.records[n].run_id) for n in members}
             profile_front(search, kept, self._dir(), self.tracker)
+
+    def _log_baseline(self, search: SearchView) -> None:
+        """The uncompressed model, FP32 ONNX, on the parent run (``BASELINE_ONNX``):
+        what ``pick`` times beside the model it picks, to compare speed-ups."""
+        from frontier.latency_models import quiet_root_logger, whole_model_bytes
+        from frontier.spaces import CompressionPlan
+
+        from ..tracking._results import BASELINE_ONNX
+
+        ev = search.evaluation
+        try:
+            with quiet_root_logger():
+                data = whole_model_bytes(ev.teacher, CompressionPlan(), ev.example)
+            path = self._dir() / BASELINE_ONNX
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            self.tracker.log_artifact_files(self.parent, [path], str(Path(BASELINE_ONNX).parent))
+        except Exception as err:  # pick then compares milliseconds only
+            logger.warning("the uncompressed model was not logged for pick (%s)", err)
 
     def _report_savings(self, search: SearchView) -> None:
         """Each front member's year of serving (``serving_*@DEVICE``, ``_savings``)."""

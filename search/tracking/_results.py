@@ -265,3 +265,67 @@ def noise_bands(evaluation: Any) -> dict[str, str]:
         for name, lm in evaluation.setup.latency.items()
     }
     return {name: band for name, band in bands.items() if band}
+
+
+#: the parent run's artifact holding the uncompressed model, FP32, which ``pick`` times
+#: beside the picked model
+BASELINE_ONNX = "baseline/model.onnx"
+
+
+def speedup_change(priced: float, measured: float) -> str:
+    """A pick's speed-up over the uncompressed model, as the search priced it and as
+    measured here beside it, in words whose sign reads as it is."""
+    ratio = measured / priced
+    how = f"{1 - ratio:.0%} less" if ratio < 1 else f"{ratio - 1:.0%} more"
+    return (
+        f"the search priced it {priced:.2f}x the uncompressed model's speed; measured here "
+        f"beside it, {measured:.2f}x ({how} than priced)"
+    )
+
+
+def compare_picked(
+    onnx_path: Path, metrics: dict[str, Any], baseline_path: Path, baseline: dict[str, Any]
+) -> dict[str, dict[str, float]]:
+    """A picked model and the uncompressed one (``baseline_path``, the search's
+    ``BASELINE_ONNX``) timed here in the same rounds on each local device among the
+    pick's latency metrics, by the timing protocol. Per device: the pick's and the
+    baseline's ms, the speed-up measured, and the speed-up the search priced (the
+    table's baseline, ``baseline``, over the pick's logged latency). A priced speed-up
+    more than 10% off the measured one is warned about; latencies in ms that moved
+    while the speed-up held are this machine's speed, said as a note."""
+    from frontier.latency_models import measure_models, resolve_device
+
+    out: dict[str, dict[str, float]] = {}
+    for name, logged in metrics.items():
+        key = MetricKey.parse(name)
+        here = resolve_device(key.device).local
+        if key.metric != "latency_ms" or here is None:
+            continue
+        if reason := here.unavailable():
+            logger.warning("%s not measured: %s", name, reason)
+            continue
+        if here.half:  # the logged baseline is FP32; this device runs 16-bit layers FP16
+            continue
+        try:
+            pick_ms, base_ms = measure_models(
+                [onnx_path.read_bytes(), baseline_path.read_bytes()], device=here
+            )
+        except Exception as err:  # a model this runtime cannot load: said, not fatal
+            logger.warning("%s not measured: %s", name, str(err).splitlines()[0])
+            continue
+        entry = {"ms": pick_ms, "baseline_ms": base_ms, "speedup_measured": base_ms / pick_ms}
+        table_base = baseline.get(name)
+        if logged and table_base:
+            priced = float(table_base) / float(logged)
+            entry["speedup_priced"] = priced
+            if abs(priced / entry["speedup_measured"] - 1) > PREDICTION_TOLERANCE:
+                logger.warning("%s: %s", name, speedup_change(priced, entry["speedup_measured"]))
+            elif abs(float(logged) / pick_ms - 1) > PREDICTION_TOLERANCE:
+                logger.info(
+                    "%s: %s; its speed-up over the uncompressed model holds (%.2fx priced, "
+                    "%.2fx measured): this machine's speed moved, not the prediction",
+                    name, latency_change(float(logged), pick_ms).split(":")[0],
+                    priced, entry["speedup_measured"],
+                )  # fmt: skip
+        out[key.device] = entry
+    return out
