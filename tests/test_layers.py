@@ -38,7 +38,7 @@ TIERS: dict[str, list[str]] = {
         "run._callbacks run._savings run._sensitivity trials._surrogate",
         "run._mlflow trials._samplers",
         "run._setup",
-        "run._watch",
+        "run._report run._watch",
         "run._engine",
         "pipeline._measure pipeline._price",
         "pipeline._export",
