@@ -18,7 +18,7 @@ from frontier.spaces import PlanError, SpaceError
 from .._log import quiet_third_party, show_messages
 from ..config._config import ConfigError
 from ..config._uri import TrackingError
-from ..study._storage import SearchError
+from ..study._storage import SearchError, disk_full
 from ..tracking._results import QueryError
 from ..tracking._tracking import no_telemetry
 from . import explore, lut, pipeline, results, search
@@ -83,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `frontier ... | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:
+        if not disk_full(err):
+            raise
+        where = f" writing {err.filename}" if err.filename else ""
+        print(
+            f"frontier: error: no space left on the device{where}: free some space and run "
+            "the same command again (a search: with --resume; its finished trials are saved)",
+            file=sys.stderr,
+        )
+        return 2
     return code
 
 

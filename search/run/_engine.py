@@ -22,7 +22,9 @@ from ..study._storage import (
     GENERATION_ATTR,
     PROMOTION_ATTR,
     RUN_ATTR,
+    DiskFull,
     StudyStore,
+    disk_full,
     restore,
 )
 from ..tracking._tracking import no_telemetry
@@ -168,6 +170,26 @@ class Search:
         for cb in self.callbacks:
             getattr(cb, hook)(self, *args)
 
+    def _finish_callbacks(self, status: str) -> None:
+        """``on_finish`` for each callback. A search that stopped short (Ctrl-C, a full
+        disk) tells why it stopped; a callback that cannot finish then (MLflow on the full
+        disk) is warned about, not raised over that reason."""
+        view: Any = self  # what callbacks read of it (SearchView)
+        full: str | None = None
+        for cb in self.callbacks:
+            try:
+                cb.on_finish(view, status)
+            except Exception as err:
+                if disk_full(err) or "disk is full" in str(err):  # SQLite says it so
+                    full = type(cb).__name__
+                elif status == "FINISHED":
+                    raise
+                logger.warning(
+                    "%s could not finish: %s", type(cb).__name__, str(err).strip().splitlines()[0]
+                )
+        if full is not None:
+            raise DiskFull(Path.cwd(), f"what {full} writes at the end")
+
     # -- set-up -----------------------------------------------------------------------------
     def _open(self) -> None:
         self._held, self.study = setup.open_study(
@@ -210,12 +232,17 @@ class Search:
                 status = "KILLED"
                 logger.info("interrupted; continue with --resume")
                 raise
+            except DiskFull:  # an interruption: what was written stays whole
+                status = "KILLED"
+                raise
             finally:
                 self.timing.loop_s = time.perf_counter() - started
-                self.study_store.flush()
-                backend.close()
-                self.summary.update(setup.run_summary(self))
-                self._notify("on_finish", status)
+                try:
+                    self.study_store.flush()
+                finally:  # the workers stop and the callbacks hear, whatever the disk says
+                    backend.close()
+                    self.summary.update(setup.run_summary(self))
+                    self._finish_callbacks(status)
         finally:
             if self._held is not None:
                 self._held.close()

@@ -3,12 +3,14 @@ driver's lock on it, its buffered writes, and rebuilding the records on resume."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .._log import logger
 from ..config._config import Config
 from ..front._front import TrialRecord
 
@@ -26,6 +28,60 @@ RUN_ATTR = "frontier.mlflow_run_id"  # the MLflow parent run, reopened on resume
 
 class SearchError(RuntimeError):
     """A search cannot start or resume; the message says why and what to do."""
+
+
+class DiskFull(SearchError):
+    """A write of the search found no space left: the search stops as an interruption
+    (what was written before stays whole) and ``--resume`` continues once there is
+    space."""
+
+    def __init__(self, path: Path | str, what: str) -> None:
+        super().__init__(
+            f"no space left on the device holding {path} ({what}): the search stopped, "
+            "and every trial it finished before is saved; free some space, then run the "
+            "same command with --resume to continue"
+        )
+        self.path = Path(path)
+
+
+def disk_full(err: BaseException) -> bool:
+    """``err`` says the file system is full (or the user's quota is)."""
+    import errno
+
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def repair_journal(path: Path) -> int:
+    """Drop a partly written last entry of the journal at ``path`` (a write cut short
+    by a full disk or a kill): Optuna skips it when reading, but the next append would
+    join it to a whole entry and make the journal unreadable. Returns the bytes
+    dropped. Only its one writer, holding it, may call this."""
+    import os
+
+    if not path.is_file():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with path.open("rb") as f:
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return 0
+        # the last newline: read backwards in blocks
+        end, block = size, 1 << 16
+        while end > 0:
+            start = max(0, end - block)
+            f.seek(start)
+            chunk = f.read(end - start)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            end = start
+        else:
+            keep = 0
+    os.truncate(path, keep)
+    return size - keep
 
 
 def writable(folder: Path, what: str) -> Path:
@@ -119,9 +175,17 @@ def open_storage(url: str, *, single_writer: bool = False) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
 
+    if single_writer:
+        dropped = repair_journal(path)
+        if dropped:
+            logger.warning(
+                "%s ended in a partly written entry (a write cut short by a full disk or "
+                "a kill): its %d bytes were dropped; every entry before it is kept",
+                path, dropped,
+            )  # fmt: skip
     backend: Any = JournalFileBackend(str(path))
     if single_writer:
-        backend = BufferedJournal(backend)
+        backend = BufferedJournal(backend, path)
     storage = optuna.storages.JournalStorage(backend)
     if single_writer:
         storage.flush = backend.flush  # type: ignore[attr-defined]
@@ -227,10 +291,13 @@ def _redacted(url: str) -> str:
 
 class BufferedJournal:
     """A journal file backend for its only writer: appended logs stay in memory (and
-    are read back from there) until ``flush`` writes them with one fsync."""
+    are read back from there) until ``flush`` writes them with one fsync. A write that
+    fails (a full disk) is cut back to what the file held before it, and its logs stay
+    in memory: the journal on disk stays whole."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, path: Path) -> None:
         self._file = backend
+        self._path = path
         self._on_disk = sum(1 for _ in backend.read_logs(0))
         self._buffer: list[dict[str, Any]] = []
 
@@ -243,10 +310,21 @@ class BufferedJournal:
         self._buffer.extend(logs)
 
     def flush(self) -> None:
-        if self._buffer:
+        if not self._buffer:
+            return
+        import os
+
+        size = self._path.stat().st_size
+        try:
             self._file.append_logs(self._buffer)
-            self._on_disk += len(self._buffer)
-            self._buffer = []
+        except OSError as err:
+            with contextlib.suppress(OSError):  # no half-written entry left behind
+                os.truncate(self._path, size)
+            if disk_full(err):
+                raise DiskFull(self._path, "the study journal") from None
+            raise
+        self._on_disk += len(self._buffer)
+        self._buffer = []
 
 
 def driver_lock(url: str) -> Any:
