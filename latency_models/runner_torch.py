@@ -29,6 +29,9 @@ this file::
 Over 500 lines on purpose, as ``runner.py``: it is copied to a GPU machine with
 ``runner.py`` alone, so its ONNX operators, its backends and its energy counter cannot
 live in other modules.
+
+Over 500 lines: like ``runner.py``, it is one file a user copies to a GPU machine that
+has PyTorch and numpy, and nothing of Frontier.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""What can be searched: discovering a model's search space and drawing plans from it."""
+"""What can be searched: discovering a model's search space and drawing plans from it.
+
+Over 500 lines: discovery and the options that shape it, the space's groups and drawing
+plans from them read the same group records, and a plan drawn must be one discovery
+allows.
+"""
 
 from __future__ import annotations
 

@@ -415,3 +415,19 @@ def test_search_resolves_a_device_once_through_resolve_device() -> None:
         if re.search(r"\blocal_device\(", line)
     ]
     assert found == []
+
+
+#: a module longer than this says why in its docstring ("Over 500 lines: ...")
+MAX_MODULE_LINES = 500
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_module_over_500_lines_says_why(part: str) -> None:
+    silent = []
+    for path in _modules(part, ROOT).values():
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "over 500 lines" not in doc.lower():
+                silent.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not silent, f"over {MAX_MODULE_LINES} lines without a stated reason: {silent}"

@@ -2,6 +2,9 @@
 
 Validated with pydantic; every error names the file, the field and the value. Built-in
 configs load by name (``digits-mcu``), others by path.
+
+Over 500 lines: one pydantic model per config section, each validated where it is
+declared so an error names its field; the pipeline section lives in ``_pipeline``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Metrics of a trial (objective and constraint names):
 - ``STAGE.accuracy`` and ``STAGE.accuracy_drop`` (the uncompressed stage's minus it), and
   ``STAGE.latency_ms``, the stage's latency on its placement;
 - ``accuracy_kept``: the worst stage's accuracy as a share of its own uncompressed model's.
+
+Over 500 lines: the joint space, the per-stage score cache, the resume of both and the
+frame's values are one trial's path; pricing (``_price``), measuring (``_measure``) and
+export (``_export``) already live apart.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@ front membership as tags, the front's ONNX models, CSV and plots as artifacts.
 
 Writes go, in order, to one background thread so the search loop never waits on the
 tracking store; torch work (exporting a front member) stays on the driver's thread.
+
+Over 500 lines: the callback's hooks and the end-of-search reports (test split, front
+timing, baseline for pick, savings, profiles) share its run ids and its one writer
+thread; split, each half would reach into the other's state.
 """
 
 from __future__ import annotations

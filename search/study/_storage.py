@@ -1,5 +1,10 @@
 """Where a search's study lives: the Optuna storage (a journal file or a database), the
-driver's lock on it, its buffered writes, and rebuilding the records on resume."""
+driver's lock on it, its buffered writes, and rebuilding the records on resume.
+
+Over 500 lines: where a study is kept (a buffered journal or a database), the locks that
+make the driver its one writer, what a full disk may leave, and the trial records
+written and read back must agree on one durability rule.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Multi-fidelity promotion: which trials are measured again at a higher rung."""
+"""Multi-fidelity promotion: which trials are measured again at a higher rung.
+
+Over 500 lines: the promotion rule, the allowance learnt from promoted plans and the
+state a resume restores are one strategy (``SpreadPromotion``) behind the ``Promotion``
+interface.
+"""
 
 from __future__ import annotations
 

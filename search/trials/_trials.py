@@ -1,5 +1,10 @@
 """What scores one trial: the task, its teacher, the space, the evaluators per rung and
-the devices' latency models, built from a config (in the driver and in each worker)."""
+the devices' latency models, built from a config (in the driver and in each worker).
+
+Over 500 lines: building one trial's world (task, baseline, space, evaluators per rung,
+tables, accelerator) and scoring a plan in it are done alike by the driver and by every
+worker, from this one class.
+"""
 
 from __future__ import annotations
 
