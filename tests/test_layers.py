@@ -352,29 +352,37 @@ def test_nothing_outside_a_part_imports_its_private_modules() -> None:
     assert not offenders, "\n".join(offenders)
 
 
-#: an f-string that writes ``metric@{device}`` by hand: a metric key built outside
-#: ``MetricKey`` (``f"latency_ms@{device}"``)
-HAND_BUILT_KEY = re.compile(r"""f["'][\w/]+@\{""")
-
-
-def _hand_built_keys(root: Path) -> list[str]:
+def _lines_matching(
+    root: Path, pattern: re.Pattern[str], parts: tuple[str, ...] = PARTS, skip: tuple[str, ...] = ()
+) -> list[str]:
+    """``path:line: text`` of every line of ``parts`` that ``pattern`` finds, outside the
+    paths starting with ``skip``."""
     found = []
-    for part in PARTS:
+    for part in parts:
         for path in _modules(part, root).values():
-            if path == root / "evaluators" / "_base.py":  # MetricKey itself
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(skip):
                 continue
             for n, line in enumerate(path.read_text().splitlines(), 1):
-                if HAND_BUILT_KEY.search(line):
-                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+                if pattern.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
     return found
+
+
+#: an f-string that writes ``metric@{device}`` by hand: a metric key built outside
+#: ``MetricKey`` (``f"latency_ms@{device}"``), which lives in ``evaluators/_base.py``
+HAND_BUILT_KEY = re.compile(r"""f["'][\w/]+@\{""")
+KEY_OWNER = ("evaluators/_base.py",)
 
 
 def test_metric_keys_come_only_through_metric_key(tmp_path: Path) -> None:
     """Every ``metric@device`` name is written by ``MetricKey`` (``MetricKey.name``), so
     one place decides how a device joins a metric's name."""
-    assert _hand_built_keys(ROOT) == []
+    assert _lines_matching(ROOT, HAND_BUILT_KEY, skip=KEY_OWNER) == []
     planted = _tree(tmp_path, {"search/x.py": 'key = f"latency_ms@{device}"\n'}) / "p"
-    assert _hand_built_keys(planted) == ['search/x.py:1: key = f"latency_ms@{device}"']
+    assert _lines_matching(planted, HAND_BUILT_KEY, skip=KEY_OWNER) == [
+        'search/x.py:1: key = f"latency_ms@{device}"'
+    ]
 
 
 #: a read of a device table's metadata as a dict (``table.meta.get("cpu")``): outside
@@ -385,36 +393,19 @@ RAW_META = re.compile(r"\w\.meta\b(?!\.json)")
 META_OWNERS = ("latency_models/device/_table.py", "experiments/perception/")
 
 
-def _raw_meta_reads(root: Path) -> list[str]:
-    found = []
-    for part in PARTS:
-        for path in _modules(part, root).values():
-            rel = path.relative_to(root).as_posix()
-            if rel.startswith(META_OWNERS):
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if RAW_META.search(line):
-                    found.append(f"{rel}:{n}: {line.strip()}")
-    return found
-
-
 def test_device_facts_are_read_typed_outside_the_table_module(tmp_path: Path) -> None:
-    assert _raw_meta_reads(ROOT) == []
+    assert _lines_matching(ROOT, RAW_META, skip=META_OWNERS) == []
     planted = _tree(tmp_path, {"search/x.py": 'cpu = table.meta.get("cpu")\n'}) / "p"
-    assert _raw_meta_reads(planted) == ['search/x.py:1: cpu = table.meta.get("cpu")']
+    assert _lines_matching(planted, RAW_META, skip=META_OWNERS) == [
+        'search/x.py:1: cpu = table.meta.get("cpu")'
+    ]
 
 
 def test_search_resolves_a_device_once_through_resolve_device() -> None:
     """The search reads a device from ``Config.typed`` (resolved once with the config) or,
     for a name from outside it (a CLI flag, a logged result), from ``resolve_device``:
     never by looking the name up again among this machine's devices."""
-    found = [
-        f"{path.relative_to(ROOT)}:{n}"
-        for path in _modules("search", ROOT).values()
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if re.search(r"\blocal_device\(", line)
-    ]
-    assert found == []
+    assert _lines_matching(ROOT, re.compile(r"\blocal_device\("), parts=("search",)) == []
 
 
 #: a module longer than this says why in its docstring ("Over 500 lines: ...")

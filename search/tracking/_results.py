@@ -8,6 +8,7 @@ import fnmatch
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,22 +205,31 @@ def latency_change(logged_ms: float, measured_ms: float) -> str:
     )
 
 
-def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]:
-    """A picked model's latency on each local device among its metrics (one this
-    machine can measure), measured here by the timing protocol every table row was
-    measured with; a logged figure more than 10% off the measurement is warned about."""
-    from frontier.latency_models import measure_local, resolve_device
+def _local_latencies(metrics: dict[str, Any]) -> Iterator[tuple[str, str, Any, Any]]:
+    """(metric name, device, logged value, the device of this machine) for each
+    ``latency_ms`` metric among ``metrics`` on a device this machine has and can run
+    now (one it cannot is warned about)."""
+    from frontier.latency_models import resolve_device
 
-    out = {}
     for name, logged in metrics.items():
         key = MetricKey.parse(name)
-        metric, device = key.metric, key.device
-        here = resolve_device(device).local
-        if metric != "latency_ms" or here is None:
+        here = resolve_device(key.device).local
+        if key.metric != "latency_ms" or here is None:
             continue
         if reason := here.unavailable():
             logger.warning("%s not measured: %s", name, reason)
             continue
+        yield name, key.device, logged, here
+
+
+def measure_picked(onnx_path: Path, metrics: dict[str, Any]) -> dict[str, float]:
+    """A picked model's latency on each local device among its metrics (one this
+    machine can measure), measured here by the timing protocol every table row was
+    measured with; a logged figure more than 10% off the measurement is warned about."""
+    from frontier.latency_models import measure_local
+
+    out = {}
+    for name, device, logged, here in _local_latencies(metrics):
         try:
             measured = measure_local(onnx_path.read_bytes(), device=here)
         except Exception as err:  # a model this runtime cannot load: said, not fatal
@@ -293,17 +303,10 @@ def compare_picked(
     table's baseline, ``baseline``, over the pick's logged latency). A priced speed-up
     more than 10% off the measured one is warned about; latencies in ms that moved
     while the speed-up held are this machine's speed, said as a note."""
-    from frontier.latency_models import measure_models, resolve_device
+    from frontier.latency_models import measure_models
 
     out: dict[str, dict[str, float]] = {}
-    for name, logged in metrics.items():
-        key = MetricKey.parse(name)
-        here = resolve_device(key.device).local
-        if key.metric != "latency_ms" or here is None:
-            continue
-        if reason := here.unavailable():
-            logger.warning("%s not measured: %s", name, reason)
-            continue
+    for name, device, logged, here in _local_latencies(metrics):
         if here.half:  # the logged baseline is FP32; this device runs 16-bit layers FP16
             continue
         try:
@@ -327,5 +330,5 @@ def compare_picked(
                     name, latency_change(float(logged), pick_ms).split(":")[0],
                     priced, entry["speedup_measured"],
                 )  # fmt: skip
-        out[key.device] = entry
+        out[device] = entry
     return out
