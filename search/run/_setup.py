@@ -219,6 +219,10 @@ def _study(
 #: how far a table's uncompressed model may be off a fresh timing of it before the search
 #: says so (or the table's noise band, where wider); a quiet machine stays within 5%
 SPEED_TOLERANCE = 0.15
+#: timings of the uncompressed model, each a block of its own, before a change of speed
+#: is said: a model that runs in microseconds swung 2x between back-to-back timings here
+#: (0.015 and 0.033 ms), and one repeat let 2 of 5 quick starts warn on a quiet machine
+SPEED_REPEATS = 4
 
 
 def baseline(
@@ -262,8 +266,8 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
     machine's speed has changed since the table was built (another job on its cores, a
     shared or throttled CPU), and every latency in ms the table states carries that
     difference. Speed-ups, measured beside the uncompressed model, do not. Costs one
-    export and about a second (timed twice where the first timing is off, and the closer
-    one kept: a passing spell of another job is not the table's fault)."""
+    export and about a second (timed again, up to ``SPEED_REPEATS`` blocks in all, while
+    off, and the closest kept: a passing spell of another job is not the table's fault)."""
     from frontier.latency_models import measure_models, whole_model_bytes
     from frontier.spaces import CompressionPlan
 
@@ -283,7 +287,9 @@ def speed_check(evaluation: TrialRunner) -> list[str]:
                 half=meta.half, qdq=meta.int8_qdq,
             )  # fmt: skip
             now_ms = measure_models([data], device=here)[0]
-            if abs(stated.latency_ms / now_ms - 1) > band:  # a passing spell, or lasting?
+            for _ in range(SPEED_REPEATS - 1):  # a passing spell, or lasting?
+                if abs(stated.latency_ms / now_ms - 1) <= band:
+                    break
                 again = measure_models([data], device=here)[0]
                 now_ms = min(now_ms, again, key=lambda ms: abs(stated.latency_ms / ms - 1))
         except Exception as err:  # a check, not a step the search needs
