@@ -180,7 +180,7 @@ class Search:
             try:
                 cb.on_finish(view, status)
             except Exception as err:
-                if disk_full(err) or "disk is full" in str(err):  # SQLite says it so
+                if disk_full(err):
                     full = type(cb).__name__
                 elif status == "FINISHED":
                     raise

@@ -50,10 +50,13 @@ class DiskFull(SearchError):
 
 
 def disk_full(err: BaseException) -> bool:
-    """``err`` says the file system is full (or the user's quota is)."""
+    """``err`` says the file system is full (or the user's quota is): an OSError, or
+    SQLite's own words for it (MLflow's store raises it wrapped twice)."""
     import errno
 
-    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "database or disk is full" in str(err)
 
 
 def repair_journal(path: Path) -> int:
